@@ -1,0 +1,59 @@
+# The course lab's entry points. A newcomer needs two:  make lab   and   make test
+# Everything runs from .venv, created on first use by scripts/setup.sh (idempotent).
+SHELL := /bin/bash
+VENV  ?= .venv
+PY    := $(VENV)/bin/python
+export VENV
+
+.DEFAULT_GOAL := help
+.PHONY: help setup lab test test-fast run release check-release autograde grades feedback doctor bench lock clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
+
+setup:  ## create .venv with the pinned stack and Horovod (GPU=1 for CUDA; PYTHON=... to choose python3.11)
+	@bash scripts/setup.sh
+
+lab:  ## start JupyterLab on the student notebooks (PORT=, IP= optional)
+	@bash scripts/lab.sh --check-args
+	@$(MAKE) --no-print-directory setup release
+	@bash scripts/lab.sh
+
+test: setup  ## the whole test suite (unit, process, notebook); PYTEST_ARGS=... to narrow it
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: setup  ## unit tests only (seconds)
+	$(PY) -m pytest -m "not process and not notebook" $(PYTEST_ARGS)
+
+run: setup  ## execute every lab with papermill (LABS=01,03 to choose; FULL=1 for full parameters)
+	$(PY) -m lab_utils.run_labs --out out/run $(if $(LABS),--labs $(LABS)) $(if $(filter 1,$(FULL)),--full)
+
+release: setup  ## regenerate the student notebooks in labs/ from grading/source/
+	$(PY) -m lab_utils.grading release
+
+check-release: setup  ## fail if labs/ is out of date with grading/source/
+	$(PY) -m lab_utils.grading check-release
+
+autograde: setup  ## autograde submissions: SUBMISSIONS=folder with <student>/<lab>/<lab>.ipynb
+	$(PY) -m lab_utils.grading autograde $(SUBMISSIONS)
+
+grades: setup  ## export the gradebook to grading/grades.csv
+	$(PY) -m lab_utils.grading export --csv grading/grades.csv
+
+feedback: setup  ## generate feedback HTML for autograded submissions
+	$(PY) -m lab_utils.grading feedback
+
+doctor: setup  ## check Python, TensorFlow, Horovod, MPI, cores, memory, GPUs
+	$(PY) -m lab_utils doctor
+
+bench: setup  ## run the benchmarks (JSON in bench/results/)
+	@mkdir -p bench/results
+	@set -e; for b in bench/bench_*.py; do n=$$(basename $$b .py); echo "==> $$n"; \
+	  $(PY) $$b | tee bench/results/$$n.json; done
+
+lock:  ## re-resolve requirements/base.in into requirements/constraints.txt (needs python3.11)
+	@bash scripts/lock.sh
+
+clean:  ## remove run outputs, logs and course state (keeps .venv)
+	rm -rf out bench/results grading/release grading/submitted grading/autograded grading/feedback grading/gradebook.db
+	$(PY) -m lab_utils reap

@@ -1,0 +1,30 @@
+"""lab_utils: the one package every lab notebook imports.
+
+Small modules, one job each (import what you need; nothing here imports TensorFlow):
+
+- ``resources``: cores and memory this session may really use (cgroups, JupyterHub)
+- ``doctor``: is this environment able to run the labs?  ``lab_utils.doctor()``
+- ``data``: MNIST and friends, offline fallbacks, sharding for N workers
+- ``cluster``: start, watch and stop TF parameter-server clusters and MPI/Horovod jobs
+- ``report``: events (ready, step, result) written by training scripts
+- ``metrics``: dstat-like CPU, memory, network and GPU samples per role
+- ``models``: graph-mode model and loss builders shared by labs 1-3
+- ``plots``: figures shared by the labs
+- ``grading``: helpers used by nbgrader tests (clamped partial credit, ratios)
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = {"resources", "doctor", "data", "cluster", "report", "metrics", "plots", "grading", "run_labs", "models", "ps_training"}
+
+
+def __getattr__(name):
+    # Lazy: `import lab_utils` stays cheap; `lab_utils.doctor()` works in a notebook.
+    if name == "doctor":
+        return importlib.import_module("lab_utils.doctor").doctor
+    if name in _SUBMODULES:
+        return importlib.import_module(f"lab_utils.{name}")
+    raise AttributeError(f"module 'lab_utils' has no attribute {name!r}")

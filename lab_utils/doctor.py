@@ -1,0 +1,274 @@
+"""Can this environment run every lab?  ``python -m lab_utils doctor`` or ``lab_utils.doctor()``.
+
+Each row says OK, WARN or FAIL with a one-line fix. The command exits non-zero when any
+row FAILs. In a notebook, ``lab_utils.doctor()`` shows the same rows as an HTML table.
+
+Every check is a small function that takes what it reads (environment, file-system
+root, command runner) as arguments, so the unit tests can drive the FAIL paths.
+"""
+from __future__ import annotations
+
+import html
+import importlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from lab_utils import resources
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+TF_VERSION = "2.15.1"
+HOROVOD_VERSION = "0.28.1"
+GiB = 1024**3
+# One TensorFlow process costs about 0.4 GB; 1 PS + 2 workers plus the kernel about 2 GB.
+MEM_FAIL_BYTES = int(1.5 * GiB)
+MEM_WARN_BYTES = int(3.0 * GiB)
+DISK_FAIL_BYTES = 512 * 1024**2
+DISK_WARN_BYTES = 2 * GiB
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    value: str
+    fix: str = ""
+
+
+Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+
+
+def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def check_python(version_info=sys.version_info) -> Check:
+    v = f"{version_info[0]}.{version_info[1]}.{version_info[2]} ({sys.executable})"
+    if tuple(version_info[:2]) == (3, 11):
+        return Check("Python", OK, v)
+    return Check("Python", FAIL, v, "TensorFlow 2.15 + Horovod 0.28.1 need Python 3.11: run `make setup` "
+                 "(it finds python3.11) or `conda env create -f environment.yml`")
+
+
+def check_tensorflow(importer=importlib.import_module) -> list[Check]:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        tf = importer("tensorflow")
+    except ImportError as exc:
+        return [Check("TensorFlow", FAIL, f"not importable: {exc}", "run `make setup` (installs tensorflow-cpu==2.15.1)")]
+    version = getattr(tf, "__version__", "?")
+    rows = []
+    if version == TF_VERSION:
+        rows.append(Check("TensorFlow", OK, version))
+    else:
+        rows.append(Check("TensorFlow", WARN, version, f"the labs are pinned to {TF_VERSION} (Horovod 0.28.1 breaks on "
+                          "TF 2.16+): reinstall with `make setup`"))
+    devices = [f"{d.device_type}:{d.name.rsplit(':', 1)[-1]}" for d in tf.config.list_physical_devices()]
+    gpus = [d for d in devices if d.startswith("GPU")]
+    rows.append(Check("TF devices", OK, ", ".join(devices) or "none",
+                      "" if gpus else "CPU only: labs 1-4 run fine; lab 5 (AlexNet) falls back to logical CPU devices"))
+    return rows
+
+
+def check_horovod(importer=importlib.import_module) -> Check:
+    try:
+        hvd = importer("horovod")
+        hvd_tf = importer("horovod.tensorflow")
+    except ImportError as exc:
+        return Check("Horovod", FAIL, f"not importable: {exc}",
+                     "run `make setup` (builds horovod==0.28.1 with TensorFlow, Gloo and MPI; log in .venv/horovod-build.log)")
+    version = getattr(hvd, "__version__", "?")
+    controllers = [n for n, f in (("MPI", "mpi_built"), ("Gloo", "gloo_built")) if getattr(hvd_tf, f)()]
+    ops = [n for n, f in (("NCCL", "nccl_built"), ("MPI", "mpi_built"), ("Gloo", "gloo_built")) if getattr(hvd_tf, f)()]
+    value = f"{version}; frameworks: TensorFlow; controllers: {', '.join(controllers) or 'none'}; tensor ops: {', '.join(ops) or 'none'}"
+    missing = {"MPI", "Gloo"} - set(controllers)
+    if missing:
+        return Check("Horovod", WARN if controllers else FAIL, value,
+                     f"rebuild with {' and '.join(sorted(missing))}: `rm .venv/.labs-setup-stamp && make setup`")
+    if version != HOROVOD_VERSION:
+        return Check("Horovod", WARN, value, f"the labs are tested with {HOROVOD_VERSION}")
+    return Check("Horovod", OK, value)
+
+
+def check_mpirun(which=shutil.which, run: Runner = _run) -> Check:
+    path = which("mpirun")
+    if not path:
+        return Check("mpirun", FAIL, "not found", "install Open MPI: `apt-get install openmpi-bin libopenmpi-dev` "
+                     "(or `conda install -c conda-forge openmpi`)")
+    try:
+        proc = run([path, "--version"])
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("mpirun", FAIL, f"{path}: {exc}", "reinstall Open MPI")
+    first = (proc.stdout or proc.stderr).strip().splitlines()
+    version = first[0] if first else "?"
+    fix = "running as root: lab_utils passes --allow-run-as-root for you" if os.geteuid() == 0 else ""
+    return Check("mpirun", OK if proc.returncode == 0 else WARN, f"{version} ({path})", fix)
+
+
+def check_mpi4py(run: Runner = _run, python: str = sys.executable) -> Check:
+    # In a subprocess: importing mpi4py.MPI may initialise MPI, which must not happen in the kernel.
+    code = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+            "print(mpi4py.__version__); print(MPI.Get_library_version().strip().splitlines()[0])")
+    try:
+        proc = run([python, "-c", code])
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("mpi4py", FAIL, str(exc), "run `make setup`")
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return Check("mpi4py", FAIL, last, "run `make setup` (mpi4py builds against the Open MPI found on PATH)")
+    lines = proc.stdout.strip().splitlines()
+    return Check("mpi4py", OK, f"{lines[0]}; {lines[1] if len(lines) > 1 else '?'}")
+
+
+def check_cpu(env=None, root="/") -> Check:
+    env = os.environ if env is None else env
+    cg = resources.cgroup_limits(root)
+    usable = resources.usable_cores(env, root)
+    parts = [f"usable {usable}", f"os.cpu_count {os.cpu_count()}", f"affinity {len(os.sched_getaffinity(0))}",
+             f"cgroup v{cg.version} quota {cg.cpu_quota_cores if cg.cpu_quota_cores else 'none'}"]
+    if env.get("CPU_LIMIT"):
+        parts.append(f"CPU_LIMIT {env['CPU_LIMIT']}")
+    if usable < 2:
+        return Check("CPU", WARN, ", ".join(parts), "1 usable core: clusters still run but slowly; "
+                     "keep to 1 PS + 1 worker or np=2")
+    return Check("CPU", OK, ", ".join(parts))
+
+
+def check_memory(env=None, root="/") -> Check:
+    env = os.environ if env is None else env
+    limit = resources.memory_limit_bytes(env, root)
+    avail = resources.available_memory_bytes(env, root)
+    cg = resources.cgroup_limits(root).memory_bytes
+    value = (f"limit {limit / GiB:.1f} GiB, available {avail / GiB:.1f} GiB, "
+             f"cgroup {'none' if cg is None else f'{cg / GiB:.1f} GiB'}"
+             + (f", MEM_LIMIT {int(float(env['MEM_LIMIT'])) / GiB:.1f} GiB" if env.get("MEM_LIMIT") else ""))
+    if limit < MEM_FAIL_BYTES or avail < MEM_FAIL_BYTES // 2:
+        return Check("Memory", FAIL, value, "a TensorFlow process needs about 0.4 GiB; ask for at least 2 GiB "
+                     "(JupyterHub: c.Spawner.mem_limit) or close other kernels")
+    if limit < MEM_WARN_BYTES:
+        return Check("Memory", WARN, value, "Binder-sized: lab_utils.cluster scales clusters down to what fits")
+    return Check("Memory", OK, value)
+
+
+def check_gpus(tf_gpu_count: int | None, nvml=None) -> Check:
+    """GPUs through NVML (the driver) and what TensorFlow sees."""
+    names: list[str] = []
+    nvml_note = "no NVML (no NVIDIA driver)"
+    if nvml is None:
+        try:
+            nvml = importlib.import_module("pynvml")
+        except ImportError:
+            nvml = None
+    if nvml is not None:
+        try:
+            nvml.nvmlInit()
+            try:
+                count = nvml.nvmlDeviceGetCount()
+                for i in range(count):
+                    name = nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))
+                    names.append(name.decode() if isinstance(name, bytes) else str(name))
+                nvml_note = f"NVML: {count} GPU(s)" + (f" ({', '.join(names)})" if names else "")
+            finally:
+                nvml.nvmlShutdown()
+        except nvml.NVMLError as exc:
+            nvml_note = f"no NVML ({exc})"
+    tf_note = "TF: unknown" if tf_gpu_count is None else f"TF: {tf_gpu_count} GPU(s)"
+    value = f"{nvml_note}; {tf_note}"
+    if names and not tf_gpu_count:
+        return Check("GPUs", WARN, value, "GPUs present but TensorFlow is CPU-only: `make setup GPU=1`")
+    if not names and not tf_gpu_count:
+        return Check("GPUs", OK, value, "none: GPU cells use logical CPU devices; GPU-only tests are skipped")
+    return Check("GPUs", OK, value)
+
+
+def check_disk(path: str | os.PathLike = ".") -> Check:
+    free = shutil.disk_usage(path).free
+    value = f"{free / GiB:.1f} GiB free at {Path(path).resolve()}"
+    if free < DISK_FAIL_BYTES:
+        return Check("Disk", FAIL, value, "free some space: logs, TensorBoard runs and datasets need ~1 GiB")
+    if free < DISK_WARN_BYTES:
+        return Check("Disk", WARN, value, "low: `make clean` removes run logs and outputs")
+    return Check("Disk", OK, value)
+
+
+def check_host(env=None) -> Check:
+    env = os.environ if env is None else env
+    kind = resources.host_kind(env)
+    notes = {"binder": "Binder: 1-2 CPUs, 2 GB; labs run with scaled-down clusters",
+             "jupyterhub": "JupyterHub: clusters are per user, limits from CPU_LIMIT / MEM_LIMIT",
+             "ci": "CI: notebooks run headless with papermill",
+             "local": ""}
+    return Check("Host", OK, f"{kind} ({platform.platform()})", notes[kind])
+
+
+def run_checks(env=None, root="/") -> list[Check]:
+    rows = [check_python()]
+    tf_rows = check_tensorflow()
+    rows += tf_rows
+    tf_gpus = None
+    if tf_rows[0].status != FAIL:
+        import tensorflow as tf
+
+        tf_gpus = len(tf.config.list_physical_devices("GPU"))
+        rows.append(check_horovod())
+    else:
+        rows.append(Check("Horovod", FAIL, "skipped: TensorFlow missing", "run `make setup`"))
+    rows += [check_mpirun(), check_mpi4py(), check_cpu(env, root), check_memory(env, root),
+             check_gpus(tf_gpus), check_disk(Path(__file__).resolve().parent.parent), check_host(env)]
+    return rows
+
+
+class Report:
+    """The doctor's rows; shows as an HTML table in a notebook."""
+
+    def __init__(self, rows: Iterable[Check]):
+        self.rows = list(rows)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status != FAIL for r in self.rows)
+
+    def text(self) -> str:
+        width = max(len(r.name) for r in self.rows)
+        lines = []
+        for r in self.rows:
+            lines.append(f"{r.status:<4}  {r.name:<{width}}  {r.value}")
+            if r.fix:
+                lines.append(f"{'':<4}  {'':<{width}}  -> {r.fix}")
+        verdict = "all checks passed" if self.ok else "some checks FAILED: fix them before running the labs"
+        return "\n".join(lines + ["", verdict])
+
+    __str__ = text
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        colour = {OK: "#1a7f37", WARN: "#9a6700", FAIL: "#cf222e"}
+        body = "".join(
+            f"<tr><td style='color:{colour[r.status]};font-weight:bold'>{r.status}</td>"
+            f"<td>{html.escape(r.name)}</td><td style='text-align:left'>{html.escape(r.value)}</td>"
+            f"<td style='text-align:left'>{html.escape(r.fix)}</td></tr>"
+            for r in self.rows)
+        return ("<table><thead><tr><th>status</th><th>check</th><th>value</th><th>fix / note</th></tr></thead>"
+                f"<tbody>{body}</tbody></table>")
+
+    def to_json(self) -> str:
+        return json.dumps([asdict(r) for r in self.rows], indent=1)
+
+
+def doctor(env=None, root="/") -> Report:
+    """Check this environment; in a notebook the result shows as a table."""
+    return Report(run_checks(env, root))
+
+
+def main(json_output: bool = False) -> int:
+    report = doctor()
+    print(report.to_json() if json_output else report.text())
+    return 0 if report.ok else 1

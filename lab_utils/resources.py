@@ -1,0 +1,204 @@
+"""What this host really lets us use: cores, memory, the kind of host.
+
+``os.cpu_count()`` and ``psutil.virtual_memory()`` describe the machine, not the
+container a student runs in. JupyterHub exports ``CPU_LIMIT`` and ``MEM_LIMIT``;
+Docker, Binder and Kubernetes set cgroup limits (v1 or v2). Both ``doctor`` and
+the cluster's resource guard read these facts from here, so they never disagree.
+
+Every reader takes a ``root`` so the unit tests can point it at fixture trees.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+__all__ = [
+    "CgroupLimits",
+    "cgroup_limits",
+    "usable_cores",
+    "memory_limit_bytes",
+    "available_memory_bytes",
+    "host_kind",
+]
+
+# cgroup v1 reports "no limit" as a huge number close to 2**63 rounded to a page.
+_V1_UNLIMITED = 2**60
+
+
+@dataclass(frozen=True)
+class CgroupLimits:
+    """Limits read from the cgroup file system. ``None`` means no limit set."""
+
+    version: int | None  # 1, 2, or None when no cgroup file system was found
+    cpu_quota_cores: float | None
+    memory_bytes: int | None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (FileNotFoundError, PermissionError, NotADirectoryError):
+        return None
+
+
+def _own_cgroup_v2_path(root: Path) -> Path:
+    """The directory of this process's cgroup (v2), or the root when unknown."""
+    text = _read(root / "proc/self/cgroup")
+    if text:
+        for line in text.splitlines():
+            if line.startswith("0::"):
+                rel = line[3:].lstrip("/")
+                candidate = root / "sys/fs/cgroup" / rel
+                if candidate.is_dir():
+                    return candidate
+    return root / "sys/fs/cgroup"
+
+
+def parse_cpu_max(text: str | None) -> float | None:
+    """cgroup v2 ``cpu.max``: ``"max 100000"`` or ``"150000 100000"`` -> cores."""
+    if not text:
+        return None
+    parts = text.split()
+    if len(parts) != 2 or parts[0] == "max":
+        return None
+    quota, period = int(parts[0]), int(parts[1])
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def parse_v1_cpu(quota: str | None, period: str | None) -> float | None:
+    """cgroup v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``; -1 means no limit."""
+    if quota is None or period is None:
+        return None
+    q, p = int(quota), int(period)
+    return q / p if q > 0 and p > 0 else None
+
+
+def parse_memory(text: str | None) -> int | None:
+    """``memory.max`` (v2: "max" or bytes) or ``memory.limit_in_bytes`` (v1)."""
+    if not text or text == "max":
+        return None
+    value = int(text)
+    return value if 0 < value < _V1_UNLIMITED else None
+
+
+def cgroup_limits(root: str | os.PathLike = "/") -> CgroupLimits:
+    """Read CPU quota and memory limit from cgroup v2, else v1, under ``root``."""
+    root = Path(root)
+    if (root / "sys/fs/cgroup/cgroup.controllers").exists():
+        # v2: walk from our own cgroup up to the root; the tightest limit wins.
+        cg = _own_cgroup_v2_path(root)
+        top = root / "sys/fs/cgroup"
+        cpus, mems = [], []
+        while True:
+            c = parse_cpu_max(_read(cg / "cpu.max"))
+            m = parse_memory(_read(cg / "memory.max"))
+            if c is not None:
+                cpus.append(c)
+            if m is not None:
+                mems.append(m)
+            if cg == top or top not in cg.parents:
+                break
+            cg = cg.parent
+        return CgroupLimits(2, min(cpus) if cpus else None, min(mems) if mems else None)
+    v1cpu = root / "sys/fs/cgroup/cpu"
+    if not v1cpu.exists():
+        v1cpu = root / "sys/fs/cgroup/cpu,cpuacct"
+    v1mem = root / "sys/fs/cgroup/memory"
+    if v1cpu.exists() or v1mem.exists():
+        cpu = parse_v1_cpu(_read(v1cpu / "cpu.cfs_quota_us"), _read(v1cpu / "cpu.cfs_period_us"))
+        mem = parse_memory(_read(v1mem / "memory.limit_in_bytes"))
+        return CgroupLimits(1, cpu, mem)
+    return CgroupLimits(None, None, None)
+
+
+def _env_float(name: str, env) -> float | None:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number; unset it or give e.g. {name}=2") from None
+    return value if value > 0 else None
+
+
+def usable_cores(env=None, root: str | os.PathLike = "/") -> int:
+    """Cores this process may really use: CPU_LIMIT, then the cgroup quota,
+    then the CPU affinity mask. Always at least 1."""
+    env = os.environ if env is None else env
+    candidates = [len(os.sched_getaffinity(0))]
+    hub = _env_float("CPU_LIMIT", env)
+    if hub is not None:
+        candidates.append(hub)
+    quota = cgroup_limits(root).cpu_quota_cores
+    if quota is not None:
+        candidates.append(quota)
+    return max(1, math.floor(min(candidates)))
+
+
+def memory_limit_bytes(env=None, root: str | os.PathLike = "/") -> int:
+    """The memory this session may use: the smallest of MEM_LIMIT (JupyterHub),
+    the cgroup limit and the machine's total memory."""
+    env = os.environ if env is None else env
+    candidates = [psutil.virtual_memory().total]
+    hub = _env_float("MEM_LIMIT", env)
+    if hub is not None:
+        candidates.append(int(hub))
+    cg = cgroup_limits(root).memory_bytes
+    if cg is not None:
+        candidates.append(cg)
+    return int(min(candidates))
+
+
+def _cgroup_memory_used(root: Path) -> int | None:
+    base = root / "sys/fs/cgroup"
+    if (base / "cgroup.controllers").exists():
+        text = _read(_own_cgroup_v2_path(root) / "memory.current")
+    else:
+        text = _read(base / "memory/memory.usage_in_bytes")
+    return int(text) if text and text.isdigit() else None
+
+
+def available_memory_bytes(env=None, root: str | os.PathLike = "/") -> int:
+    """Memory a new process can still get: the machine's available memory,
+    capped by what is left under the session's limit."""
+    env = os.environ if env is None else env
+    free = psutil.virtual_memory().available
+    limit = memory_limit_bytes(env, root)
+    if limit < psutil.virtual_memory().total:
+        used = _cgroup_memory_used(Path(root))
+        if used is None:
+            # MEM_LIMIT without a cgroup: count this user's processes.
+            used = sum(_rss(p) for p in psutil.process_iter() if _same_user(p))
+        free = min(free, max(0, limit - used))
+    return int(free)
+
+
+def _rss(proc: psutil.Process) -> int:
+    try:
+        return proc.memory_info().rss
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return 0
+
+
+def _same_user(proc: psutil.Process) -> bool:
+    try:
+        return proc.uids().real == os.getuid()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+
+
+def host_kind(env=None) -> str:
+    """Where we run, from the variables each host sets: binder, jupyterhub, ci, local."""
+    env = os.environ if env is None else env
+    if env.get("BINDER_LAUNCH_HOST") or env.get("BINDER_REQUEST") or env.get("BINDER_SERVICE_HOST"):
+        return "binder"
+    if env.get("JUPYTERHUB_API_TOKEN") or env.get("JUPYTERHUB_USER"):
+        return "jupyterhub"
+    if env.get("CI") or env.get("GITHUB_ACTIONS") or env.get("GITLAB_CI"):
+        return "ci"
+    return "local"

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Create .venv with the pinned stack and a Horovod built against it. Idempotent.
+#
+#   scripts/setup.sh            # CPU (tensorflow-cpu==2.15.1)
+#   GPU=1 scripts/setup.sh      # tensorflow[and-cuda]==2.15.1 and Horovod with NCCL
+#   PYTHON=/path/to/python3.11 scripts/setup.sh
+#
+# The environment counts as complete only when the stamp file is written, as the very
+# last step, after Horovod imports and reports TensorFlow, MPI and Gloo. A failed or
+# interrupted run removes the stamp first, so the next `make` redoes the work instead
+# of trusting a half-built .venv.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VENV=${VENV:-$ROOT/.venv}
+GPU=${GPU:-0}
+STAMP=$VENV/.labs-setup-stamp
+CONSTRAINTS=$ROOT/requirements/constraints.txt
+TF_VERSION=2.15.1
+HOROVOD_VERSION=0.28.1
+
+die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
+say() { printf '==> %s\n' "$*"; }
+
+case "$GPU" in 0|1) ;; *) die "GPU must be 0 or 1, got GPU=$GPU" ;; esac
+
+fingerprint() {
+  { cat "$CONSTRAINTS" "$ROOT/requirements/base.in" "$ROOT/pyproject.toml" "$0" "$ROOT/scripts/build-horovod.sh"; echo "GPU=$GPU"; } | sha256sum | cut -d' ' -f1
+}
+WANT=$(fingerprint)
+
+# Fast path: nothing changed since the last complete setup (no Python start-up, no imports).
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ] \
+   && compgen -G "$VENV/lib/python3.11/site-packages/horovod/tensorflow/mpi_lib*.so" >/dev/null; then
+  say "environment up to date ($VENV)"
+  exit 0
+fi
+
+# ---- Python 3.11 -------------------------------------------------------------------
+is_py311() { "$1" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null; }
+PY=""
+for cand in ${PYTHON:-} python3.11 python3; do
+  if command -v "$cand" >/dev/null 2>&1 && is_py311 "$cand"; then PY=$(command -v "$cand"); break; fi
+done
+if [ -z "$PY" ]; then
+  die "Python 3.11 is needed (TensorFlow 2.15.1 supports 3.9-3.11 and Horovod 0.28.1 is built against it), none found${PYTHON:+ (PYTHON=$PYTHON is not 3.11)}.
+  Get it one of these ways, then run the same make command again:
+    conda:  conda env create -f environment.yml && conda activate dl-labs   (no make needed)
+    pyenv:  pyenv install 3.11 && make test PYTHON=\$(pyenv root)/versions/3.11*/bin/python3.11
+    Debian/Ubuntu:  apt-get install python3.11 python3.11-venv python3.11-dev   (Ubuntu: deadsnakes PPA)"
+fi
+"$PY" -c 'import venv, ensurepip' 2>/dev/null || die "$PY lacks venv/ensurepip: install python3.11-venv"
+INCLUDE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+[ -f "$INCLUDE/Python.h" ] || die "Python headers missing ($INCLUDE/Python.h), needed to build Horovod: install python3.11-dev"
+
+# ---- System tools Horovod and mpi4py build against ---------------------------------
+need_apt=()
+command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing ${need_apt[*]} with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null \
+      || die "apt-get install ${need_apt[*]} failed"
+  else
+    die "missing: ${need_apt[*]}. Install them (Debian/Ubuntu: sudo apt-get install ${need_apt[*]}),
+  or use the conda path: conda env create -f environment.yml"
+  fi
+fi
+
+# ---- The virtual environment -------------------------------------------------------
+rm -f "$STAMP"
+if [ -x "$VENV/bin/python" ] && ! is_py311 "$VENV/bin/python"; then
+  say "$VENV is not Python 3.11: recreating it"; rm -rf "$VENV"
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating $VENV with $PY"
+  "$PY" -m venv "$VENV"
+fi
+export PATH="$VENV/bin:$PATH"   # the pinned cmake (<4) and the venv's tools come first
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q -c "$CONSTRAINTS" pip setuptools wheel
+
+if [ "$GPU" = 1 ]; then TF_REQ="tensorflow[and-cuda]==$TF_VERSION"; else TF_REQ="tensorflow-cpu==$TF_VERSION"; fi
+say "installing $TF_REQ and the pinned stack (requirements/constraints.txt)"
+"${PIP[@]}" install -q -c "$CONSTRAINTS" -r "$ROOT/requirements/base.in" "$TF_REQ"
+"${PIP[@]}" install -q --no-deps -e "$ROOT"
+
+# ---- Horovod, built against the TensorFlow just installed --------------------------
+GPU=$GPU HOROVOD_BUILD_LOG=$VENV/horovod-build.log bash "$ROOT/scripts/build-horovod.sh" "$VENV/bin/python"
+
+fingerprint >"$STAMP"
+say "environment ready: $VENV (check it with: make doctor)"
