@@ -1,0 +1,145 @@
+"""Events from training scripts: one JSON object per line, one file per task.
+
+Training scripts (the ``train_*.py`` files a lab launches) call::
+
+    from lab_utils import report
+    report.ready(port=...)                      # "my server is serving"
+    report.step(step, examples, loss=..., accuracy=...)
+    report.result(accuracy=0.91, examples_per_sec=1234.0)
+
+The launcher (``lab_utils.cluster``) tells each task where to write through
+environment variables, reads ``ready`` events to know a task is up, and returns
+``result`` events from ``cluster.results()``. ``lab_utils.metrics`` joins step
+events with resource samples on wall-clock time.
+
+Where the file goes:
+- ``LABS_REPORT_FILE``: this exact file (TensorFlow tasks: one per task);
+- else ``LABS_REPORT_DIR``: ``<dir>/rank-<r>.jsonl`` with the rank read from
+  Horovod, Open MPI or PMI variables (mpirun/horovodrun jobs: one per rank);
+- else standard output, so a script run by hand shows what it reports.
+
+Each record carries ``time`` (wall clock, seconds since the epoch), ``kind``,
+``task`` (for example ``"worker:1"``), ``pid`` and the fields given.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["event", "ready", "step", "result", "read_events", "iter_events", "task_name", "rank"]
+
+_RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+_handle = None
+_handle_path: str | None = None
+
+
+def rank() -> int | None:
+    """This process's rank in an MPI/Horovod job, or None outside one."""
+    for name in _RANK_VARS:
+        value = os.environ.get(name)
+        if value is not None and value.isdigit():
+            return int(value)
+    return None
+
+
+def task_name() -> str:
+    """``LABS_TASK`` (set by the launcher, e.g. ``ps:0``), else ``rank:<r>``, else ``local:0``."""
+    name = os.environ.get("LABS_TASK")
+    if name:
+        return name
+    r = rank()
+    return f"rank:{r}" if r is not None else "local:0"
+
+
+def _target() -> str | None:
+    path = os.environ.get("LABS_REPORT_FILE")
+    if path:
+        return path
+    directory = os.environ.get("LABS_REPORT_DIR")
+    if directory:
+        r = rank()
+        return str(Path(directory) / f"rank-{r if r is not None else 0}.jsonl")
+    return None
+
+
+def _clean(value: Any) -> Any:
+    """Make NumPy scalars and non-finite floats JSON-safe."""
+    if hasattr(value, "item") and callable(value.item):  # numpy scalar / 0-d array
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def event(kind: str, **fields: Any) -> dict:
+    """Write one event and return it. Lines are flushed at once (the launcher
+    and the metrics sampler read them while the task runs)."""
+    global _handle, _handle_path
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"event kind must be a non-empty string, got {kind!r}")
+    record = {"time": time.time(), "kind": kind, "task": task_name(), "pid": os.getpid()}
+    record.update(_clean(fields))
+    line = json.dumps(record, separators=(",", ":"))
+    path = _target()
+    if path is None:
+        print(line, flush=True)
+        return record
+    if _handle is None or _handle_path != path:
+        if _handle is not None:
+            _handle.close()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _handle = open(path, "a", buffering=1, encoding="utf-8")
+        _handle_path = path
+    _handle.write(line + "\n")
+    _handle.flush()
+    return record
+
+
+def ready(**fields: Any) -> dict:
+    """Tell the launcher this task is up (its server is serving)."""
+    return event("ready", **fields)
+
+
+def step(step: int, examples: int, **fields: Any) -> dict:
+    """Progress: ``step`` (global or local, say which in a field if it matters),
+    ``examples`` processed by this task so far, plus e.g. ``loss``, ``accuracy``."""
+    if step < 0 or examples < 0:
+        raise ValueError(f"step and examples must be >= 0, got step={step}, examples={examples}")
+    return event("step", step=int(step), examples=int(examples), **fields)
+
+
+def result(**fields: Any) -> dict:
+    """The task's final numbers (returned by ``cluster.results()``)."""
+    return event("result", **fields)
+
+
+def iter_events(path: str | os.PathLike) -> Iterator[dict]:
+    """Events in a file. A half-written last line (the task is still writing) is skipped."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if not line.endswith("\n"):
+                    break
+                line = line.strip()
+                if line:
+                    yield json.loads(line)
+    except FileNotFoundError:
+        return
+
+
+def read_events(path: str | os.PathLike, kind: str | None = None) -> list[dict]:
+    """All complete events in ``path`` (optionally only those of ``kind``)."""
+    return [e for e in iter_events(path) if kind is None or e.get("kind") == kind]
+
+
+if __name__ == "__main__":  # pragma: no cover - tiny manual check
+    json.dump(event("hello", argv=sys.argv[1:]), sys.stdout)
