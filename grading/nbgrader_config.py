@@ -1,0 +1,42 @@
+"""nbgrader configuration for the course. Course root = this folder (grading/).
+
+Instructor sources (solutions + hidden tests): grading/source/<lab>/<lab>.ipynb.
+The student release is generated into grading/release/<lab>/ and copied to
+labs/<lab>/ by `python -m lab_utils.grading release` (make release).
+Course state (gradebook.db, submitted/, autograded/, feedback/) is git-ignored.
+"""
+from pathlib import Path
+
+import yaml
+
+c = get_config()  # noqa: F821 (provided by nbgrader)
+
+HERE = Path(__file__).resolve().parent
+
+c.CourseDirectory.root = str(HERE)
+c.CourseDirectory.course_id = "distributed-dl-labs"
+c.CourseDirectory.source_directory = "source"
+c.CourseDirectory.release_directory = "release"
+# Run-time leftovers must never be released or collected.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "runs", "*.results.json",
+                             "train_*.py"]  # written by %%writefile from solution cells
+
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Per-cell timeout. nbgrader's default is 30 s; `ExecutePreprocessor.timeout` is
+# ignored, `Execute.timeout` is the one that counts. `python -m lab_utils.grading`
+# sets each lab's own value from labs/params.yml; plain `nbgrader` CLI runs get
+# the largest one.
+_params = HERE.parent / "labs" / "params.yml"
+_timeouts = [int((v or {}).get("timeout", 300)) for v in (yaml.safe_load(_params.read_text()) or {}).values()] \
+    if _params.is_file() else []
+c.Execute.timeout = max(_timeouts, default=300)
+
+# Feedback shows each test cell's score and output, but not the source of its hidden
+# tests: once students have read them they can be gamed (by the next cohort too).
+# Instructors who prefer to show them: drop ClearHiddenTests from this list.
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
+
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
