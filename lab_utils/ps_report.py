@@ -1,0 +1,380 @@
+"""Run a parameter-server cluster from a notebook and turn what it reported into tables.
+
+Labs 2 and 3 call :func:`run_ps` once per experiment; it launches ``1 PS + N
+workers`` with :class:`lab_utils.cluster.TFCluster`, samples every task with
+:class:`lab_utils.metrics.Monitor` while it runs, and returns a :class:`PSRun`
+holding what each worker reported (``lab_utils.ps_training`` result dicts and
+step events). The tables are in the form of the CS 744 report:
+
+* :meth:`PSRun.workers_table`: execution time per node, local steps, examples/s;
+* :meth:`PSRun.accuracy_curve`: test accuracy against time and global step;
+* :meth:`PSRun.dstat_table`: its Tables 1 and 2 (max/avg CPU, memory, total
+  read/write, average throughput) per role and in total;
+* :func:`compare` and :func:`exec_time_table`: one row per run (async vs sync,
+  batch-size sweeps: its Tables 3 and 4).
+
+Nothing here is needed to *understand* the training; it keeps the notebooks free
+of plumbing.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError, TFCluster
+from lab_utils.resources import available_memory_bytes, usable_cores
+
+__all__ = ["fit_workers", "inspect_graph", "run_ps", "PSRun", "compare", "exec_time_table", "dstat_compare", "plot_accuracy"]
+
+#: Most workers per usable core before the cluster is scaled down: beyond two, the
+#: tasks only take turns on the CPU and the run measures the scheduler, not the PS.
+WORKERS_PER_CORE = 2
+MB = 1024**2
+
+
+def fit_workers(requested: int, ps: int = 1, *, memory_per_task: int | None = None,
+                available: int | None = None, cores: int | None = None) -> int:
+    """The largest worker count <= ``requested`` that this machine allows.
+
+    Memory: ``ps + workers`` TensorFlow tasks must fit in the memory available
+    under this session's limit (cgroup / JupyterHub ``MEM_LIMIT``). Cores: at most
+    :data:`WORKERS_PER_CORE` workers per usable core. Prints one line when it
+    scales down; raises :class:`ResourceError` when not even one worker fits."""
+    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+        raise ValueError(f"requested workers must be an integer >= 1, got {requested!r}")
+    per_task = (TF_TASK_MEMORY_BYTES if memory_per_task is None else memory_per_task) + GUARD_MEMORY_BYTES
+    avail = available_memory_bytes() if available is None else available
+    cores = usable_cores() if cores is None else cores
+    by_memory = int(avail // per_task) - ps
+    if by_memory < 1:
+        raise ResourceError(
+            f"not even 1 PS + 1 worker fits: {ps + 1} TensorFlow tasks need about {(ps + 1) * per_task / MB:,.0f} MB, "
+            f"{avail / MB:,.0f} MB are available under this session's limit; close other notebooks "
+            "(Kernel > Shut Down Kernel) or run `python -m lab_utils reap`")
+    by_cores = max(1, WORKERS_PER_CORE * cores)
+    fit = min(requested, by_memory, by_cores)
+    if fit < requested:
+        why = []
+        if by_memory < requested:
+            why.append(f"memory: {avail / MB:,.0f} MB available, about {per_task / MB:.0f} MB per task")
+        if by_cores < requested:
+            why.append(f"cores: {cores} usable, at most {WORKERS_PER_CORE} workers per core")
+        print(f"[lab_utils] {requested} workers do not fit here ({'; '.join(why)}): using {fit}", flush=True)
+    return fit
+
+
+@dataclass
+class PSRun:
+    """What one parameter-server run reported. Build it with :func:`run_ps`."""
+
+    label: str
+    results: dict[str, dict]              # worker task -> its result dict (lab_utils.ps_training)
+    events: pd.DataFrame                  # step events of every worker
+    wall_time: float                      # launch -> every task exited (s)
+    started: float                        # time.time() at launch
+    args: dict = field(default_factory=dict)
+    monitor: Any = None                   # lab_utils.metrics.Monitor, or None
+    run_dir: str | None = None
+
+    # -- scalars
+    def _chief(self) -> dict:
+        return self.results.get("worker:0") or next(iter(self.results.values()))
+
+    @property
+    def mode(self) -> str:
+        return self._chief().get("mode", "?")
+
+    @property
+    def workers(self) -> int:
+        return len(self.results)
+
+    @property
+    def batch_size(self) -> int | None:
+        return self._chief().get("batch_size")
+
+    @property
+    def accuracy(self) -> float:
+        """The chief's test accuracy at the end of the run."""
+        return float(self._chief()["accuracy"])
+
+    @property
+    def final_global_step(self) -> int:
+        return int(self._chief()["final_global_step"])
+
+    @property
+    def examples_per_sec(self) -> float:
+        """Training examples per second of the whole cluster: all workers' examples
+        over the longest training time (warm-up = start-up excluded)."""
+        rows = list(self.results.values())
+        longest = max(r["train_time"] for r in rows)
+        return sum(r["examples"] for r in rows) / longest if longest > 0 else float("nan")
+
+    # -- tables
+    def workers_table(self) -> pd.DataFrame:
+        """One row per worker: the CS 744 'execution time per node' and what explains it."""
+        rows = []
+        for task in sorted(self.results, key=_task_key):
+            r = self.results[task]
+            row = {
+                "task": task + (" (chief)" if r.get("is_chief") else ""),
+                "local steps": r["local_steps"],
+                "examples": r["examples"],
+                "examples/s": r["examples_per_sec"],
+                "exec time (s)": r["exec_time"],
+                "train time (s)": r["train_time"],
+                "start-up (s)": r["startup_time"],
+                "straggler delay (s/step)": r.get("straggler_delay", 0.0),
+            }
+            if r.get("mode") == "async":
+                row["staleness mean"] = r.get("staleness_mean")
+                row["staleness max"] = r.get("staleness_max")
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("task")
+
+    def accuracy_curve(self) -> pd.DataFrame:
+        """Test accuracy measured by the chief during the run, plus the final value:
+        columns ``time`` (s since launch), ``global_step``, ``accuracy``."""
+        ev = self.events
+        cols = ["time", "global_step", "accuracy"]
+        rows = []
+        if "accuracy" in ev.columns:
+            part = ev.dropna(subset=["accuracy"])
+            rows = [{"time": t - self.started, "global_step": s, "accuracy": a}
+                    for t, s, a in zip(part["time"], part["step"], part["accuracy"])]
+        chief = self._chief()
+        rows.append({"time": self.wall_time, "global_step": chief["final_global_step"], "accuracy": chief["accuracy"]})
+        out = pd.DataFrame(rows, columns=cols)
+        return out.drop_duplicates(subset=["global_step"], keep="last").reset_index(drop=True)[cols]
+
+    def dstat_table(self) -> pd.DataFrame:
+        """The CS 744 Tables 1 and 2 for this run: per role (PS, each worker) and in
+        total, max and average CPU (% of one core), peak memory, and the network
+        read/write totals with their average throughput over the run.
+
+        Network bytes on one machine are host-level (the loopback interface carries
+        every PS <-> worker byte and cannot be split per process), so they appear on
+        the ``total`` row only, and count each byte once as sent and once as received."""
+        if self.monitor is None:
+            raise ValueError("this run was made with monitor=False: no metrics to tabulate")
+        s = self.monitor.summary()
+        duration = max(1e-9, (self.monitor.stop_time or time.time()) - self.monitor.start_time)
+        out = pd.DataFrame({
+            "Max CPU (%)": s["Peak CPU"],
+            "Avg CPU (%)": s["Avg CPU"],
+            "Memory (MB)": s["Peak Mem"] / MB,
+            "Total Read (MB)": s["Network R"] / MB,
+            "Total Write (MB)": s["Network W"] / MB,
+            "Avg Read (MB/s)": s["Network R"] / MB / duration,
+            "Avg Write (MB/s)": s["Network W"] / MB / duration,
+        })
+        out.index.name = "task"
+        out.attrs["network_scope"] = s.attrs.get("network_scope")
+        out.attrs["seconds"] = duration
+        return out.round(2)
+
+    # -- display
+    def __repr__(self) -> str:
+        return (f"<PSRun {self.label!r}: {self.mode}, {self.workers} workers, batch {self.batch_size}, "
+                f"global step {self.final_global_step}, accuracy {self.accuracy:.4f}, {self.wall_time:.1f} s>")
+
+    def _repr_html_(self) -> str:
+        return (f"<b>{html.escape(self.label)}</b>: {html.escape(self.mode)}, {self.workers} workers, "
+                f"batch {self.batch_size}, final global step {self.final_global_step}, "
+                f"test accuracy <b>{self.accuracy:.4f}</b>, {self.examples_per_sec:,.0f} examples/s, "
+                f"{self.wall_time:.1f} s wall" + self.workers_table().to_html(float_format="%.3f"))
+
+
+def _task_key(task: str) -> tuple:
+    role, _, index = task.partition(":")
+    return role, int(index) if index.isdigit() else 0
+
+
+def inspect_graph(script: str | os.PathLike, *, mode: str, workers: int = 2, ps: int = 1, index: int = 0,
+                  args: Mapping[str, Any] | None = None, timeout: float = 120) -> dict:
+    """Build ``script``'s ``build_graph(task, settings)`` for ``worker:<index>`` of a
+    ``ps`` + ``workers`` cluster *in a separate Python process* (no server is
+    started, nothing connects) and describe where everything was placed.
+
+    A subprocess keeps TensorFlow's graph state, memory and log messages out of the
+    notebook's kernel. Returns ``{"variables": [{name, device}], "ops": [{name,
+    type, device}], "loss_device", "global_step_device", "train_op_type",
+    "hooks": [{type, is_chief, num_tokens, replicas_to_aggregate, total_num_replicas}]}``.
+    Raises RuntimeError with the end of the script's error output if it fails."""
+    cmd = [sys.executable, "-m", "lab_utils.ps_report", "inspect", str(script), "--mode", mode,
+           "--workers", str(workers), "--ps", str(ps), "--index", str(index), "--args", json.dumps(dict(args or {}))]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"building the graph of {script} took more than {timeout:g} s") from None
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise RuntimeError(f"building the graph of {script} for worker:{index} failed (exit {proc.returncode}):\n{tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _inspect_main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m lab_utils.ps_report inspect")
+    p.add_argument("script")
+    p.add_argument("--mode", required=True)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--ps", type=int, default=1)
+    p.add_argument("--index", type=int, default=0)
+    p.add_argument("--args", default="{}")
+    a = p.parse_args(argv)
+    import importlib.util
+
+    from lab_utils import ps_training
+    from lab_utils.cluster import TaskConfig
+    from lab_utils.models import import_tensorflow
+
+    spec = importlib.util.spec_from_file_location("inspected_script", a.script)
+    if spec is None or not a.script.endswith(".py"):
+        sys.exit(f"{a.script}: not a Python script (expected a .py file with build_graph(task, settings))")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    extra = json.loads(a.args)
+    settings = ps_training.check_settings(a.mode, extra.pop("batch_size", 60), a.workers, **extra)
+    # Names only: no server is started and nothing connects to these addresses.
+    cluster = {"ps": [f"ps{i}.invalid:1" for i in range(a.ps)], "worker": [f"worker{i}.invalid:1" for i in range(a.workers)]}
+    task = TaskConfig(cluster, "worker", a.index)
+    tf = import_tensorflow()
+    with tf.Graph().as_default() as graph:
+        g = module.build_graph(task, settings)
+        out = {
+            "variables": [{"name": v.op.name, "device": v.device} for v in tf.compat.v1.global_variables()],
+            "ops": [{"name": op.name, "type": op.type, "device": op.device,
+                     "inputs": [i.op.name for i in op.inputs]} for op in graph.get_operations()],
+            "loss_device": g.loss.device,
+            "global_step_device": g.global_step.device,
+            "x": [g.x.dtype.name, g.x.shape.as_list()],
+            "y": [g.y.dtype.name, g.y.shape.as_list()],
+            "hooks": [],
+        }
+        for hook in g.hooks or []:
+            opt = getattr(hook, "_sync_optimizer", None)
+            out["hooks"].append({
+                "type": type(hook).__name__,
+                "is_chief": getattr(hook, "_is_chief", None),
+                "num_tokens": getattr(hook, "_num_tokens", None),
+                "replicas_to_aggregate": getattr(opt, "_replicas_to_aggregate", None),
+                "total_num_replicas": getattr(opt, "_total_num_replicas", None),
+            })
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # skip TensorFlow's teardown (it logs about graph objects no session ever ran)
+
+
+def run_ps(script: str | os.PathLike, *, workers: int = 2, args: Mapping[str, Any] | None = None,
+           monitor: bool = True, interval: float = 0.5, timeout: float = 600, progress: bool = True,
+           label: str | None = None) -> PSRun:
+    """Train with 1 PS + ``workers`` workers running ``script`` (every task runs the
+    same file; ``TF_CONFIG`` tells each which task it is) and collect the results.
+
+    ``args`` become the script's command line (``{"batch_size": 60}`` ->
+    ``--batch-size 60``). The run ends by itself: every worker reaches the target
+    global step, or a task fails (:class:`~lab_utils.cluster.ClusterError` with
+    its log tail), or ``timeout`` seconds pass. Every process has exited when
+    this returns or raises."""
+    args = dict(args or {})
+    started = time.time()
+    t0 = time.monotonic()
+    cluster = TFCluster(ps=1, workers=workers, script=script, args=args, timeout=timeout, progress=progress)
+    mon = None
+    with cluster:
+        if monitor:
+            from lab_utils.metrics import Monitor
+
+            with Monitor(cluster=cluster, interval=interval) as mon:
+                cluster.wait()
+        else:
+            cluster.wait()
+    wall = time.monotonic() - t0
+    results = {task: r for task, r in cluster.results().items() if task.startswith("worker:")}
+    missing = [f"worker:{i}" for i in range(workers) if f"worker:{i}" not in results]
+    if missing:
+        raise RuntimeError(f"{', '.join(missing)} exited 0 without reporting a result (does the script call "
+                           f"lab_utils.ps_training.train_worker or report.result?); logs in {cluster.run_dir}")
+    events = pd.DataFrame.from_records(cluster.events("step"))
+    if events.empty:
+        events = pd.DataFrame(columns=["time", "task", "step", "examples"])
+    name = label or f"{results['worker:0'].get('mode', '?')} W={workers} batch={results['worker:0'].get('batch_size')}"
+    return PSRun(label=name, results=results, events=events, wall_time=wall, started=started, args=args,
+                 monitor=mon, run_dir=str(cluster.run_dir))
+
+
+def compare(runs: Sequence[PSRun]) -> pd.DataFrame:
+    """One row per run: the numbers to compare async with sync or one batch size with another."""
+    rows = []
+    for r in runs:
+        exec_times = [x["exec_time"] for x in r.results.values()]
+        rows.append({
+            "run": r.label,
+            "mode": r.mode,
+            "workers": r.workers,
+            "batch size": r.batch_size,
+            "global steps": r.final_global_step,
+            "test accuracy": r.accuracy,
+            "exec time mean (s)": sum(exec_times) / len(exec_times),
+            "exec time spread (s)": max(exec_times) - min(exec_times),
+            "wall time (s)": r.wall_time,
+            "examples/s": r.examples_per_sec,
+        })
+    return pd.DataFrame(rows).set_index("run")
+
+
+def exec_time_table(runs: Sequence[PSRun]) -> pd.DataFrame:
+    """The CS 744 Tables 3 and 4: execution time (the slowest worker's, graph built
+    to session closed) for each batch size."""
+    rows = [{"Batch Size": r.batch_size, "Execution Time (seconds)": round(max(x["exec_time"] for x in r.results.values()), 2)}
+            for r in runs]
+    return pd.DataFrame(rows).sort_values("Batch Size").reset_index(drop=True)
+
+
+def dstat_compare(runs: Sequence[PSRun]) -> pd.DataFrame:
+    """The CS 744 Tables 1 and 2 side by side: the ``total`` row of each run's
+    :meth:`PSRun.dstat_table` (the whole machine: every task's CPU and memory
+    summed; network host-level), one row per run."""
+    rows = {}
+    for r in runs:
+        rows[r.label] = r.dstat_table().loc["total"]
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out.index.name = "run"
+    return out
+
+
+def plot_accuracy(runs: Sequence[PSRun], x: str = "global_step"):
+    """Test accuracy of each run against ``global_step`` or ``time`` (s since launch)."""
+    if x not in ("global_step", "time"):
+        raise ValueError(f"x must be 'global_step' or 'time', got {x!r}")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for r in runs:
+        c = r.accuracy_curve()
+        ax.plot(c[x], c["accuracy"], marker=".", label=r.label)
+    ax.set_xlabel("global step" if x == "global_step" else "seconds since launch")
+    ax.set_ylabel("test accuracy")
+    finite = [v for r in runs for v in r.accuracy_curve()["accuracy"] if not math.isnan(v)]
+    if finite:
+        ax.set_ylim(max(0.0, min(finite) - 0.05), min(1.0, max(finite) + 0.02))
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "inspect":
+        sys.exit(_inspect_main(sys.argv[2:]))
+    sys.exit("usage: python -m lab_utils.ps_report inspect SCRIPT --mode async|sync [--workers N] [--index I]")

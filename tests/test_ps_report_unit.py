@@ -1,0 +1,149 @@
+"""lab_utils.ps_report without processes: worker fitting, tables from synthetic results."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from lab_utils import ps_report
+from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError
+
+PER_TASK = TF_TASK_MEMORY_BYTES + GUARD_MEMORY_BYTES
+
+
+def test_fit_workers_keeps_what_fits(capsys):
+    assert ps_report.fit_workers(4, available=20 * PER_TASK, cores=2) == 4
+    assert capsys.readouterr().out == ""
+
+
+def test_fit_workers_scales_down_on_memory_with_a_message(capsys):
+    assert ps_report.fit_workers(4, available=3 * PER_TASK + 1, cores=8) == 2  # 1 PS + 2 workers
+    out = capsys.readouterr().out
+    assert "4 workers do not fit" in out and "using 2" in out and "memory" in out
+
+
+def test_fit_workers_scales_down_on_cores(capsys):
+    assert ps_report.fit_workers(4, available=100 * PER_TASK, cores=1) == 2
+    assert "cores: 1 usable" in capsys.readouterr().out
+
+
+def test_fit_workers_refuses_when_nothing_fits():
+    with pytest.raises(ResourceError, match="not even 1 PS \\+ 1 worker fits"):
+        ps_report.fit_workers(2, available=PER_TASK, cores=2)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_fit_workers_bad_input(bad):
+    with pytest.raises(ValueError, match="requested workers"):
+        ps_report.fit_workers(bad, available=100 * PER_TASK, cores=2)
+
+
+def _result(index, mode="async", **kw):
+    r = {"mode": mode, "accuracy": 0.9 - 0.01 * index, "final_global_step": 100, "target_global_steps": 100,
+         "local_steps": 50 + 10 * index, "examples": (50 + 10 * index) * 60, "examples_per_sec": 1000.0 + index,
+         "exec_time": 5.0 + index, "train_time": 4.0 + index, "startup_time": 2.0, "batch_size": 60,
+         "num_workers": 2, "straggler_delay": 0.05 * index, "is_chief": index == 0}
+    if mode == "async":
+        r.update(staleness_mean=0.5 + index, staleness_max=3 + index)
+    r.update(kw)
+    return r
+
+
+def _run(mode="async", label=None, batch=60, events=None):
+    results = {f"worker:{i}": _result(i, mode, batch_size=batch) for i in (1, 0)}
+    if events is None:
+        events = pd.DataFrame([
+            {"time": 101.0, "task": "worker:0", "step": 10, "examples": 600, "accuracy": 0.5},
+            {"time": 101.5, "task": "worker:1", "step": 11, "examples": 600},
+            {"time": 102.0, "task": "worker:0", "step": 50, "examples": 1200, "accuracy": 0.8},
+        ])
+    return ps_report.PSRun(label=label or f"{mode} {batch}", results=results, events=events, wall_time=7.5, started=100.0)
+
+
+def test_psrun_scalars_come_from_the_chief():
+    r = _run()
+    assert (r.mode, r.workers, r.batch_size, r.final_global_step) == ("async", 2, 60, 100)
+    assert r.accuracy == pytest.approx(0.9)
+    # all examples over the longest training time
+    assert r.examples_per_sec == pytest.approx((50 * 60 + 60 * 60) / 5.0)
+
+
+def test_workers_table_is_sorted_and_marks_the_chief():
+    t = _run().workers_table()
+    assert list(t.index) == ["worker:0 (chief)", "worker:1"]
+    assert list(t["exec time (s)"]) == [5.0, 6.0]
+    assert list(t["staleness max"]) == [3, 4]
+    assert "staleness mean" not in _run("sync").workers_table().columns
+
+
+def test_accuracy_curve_adds_the_final_value_and_is_relative_to_launch():
+    c = _run().accuracy_curve()
+    assert list(c["global_step"]) == [10, 50, 100]
+    assert list(c["accuracy"]) == pytest.approx([0.5, 0.8, 0.9])
+    assert list(c["time"]) == pytest.approx([1.0, 2.0, 7.5])
+
+
+def test_accuracy_curve_without_evaluations_has_the_final_point():
+    ev = pd.DataFrame([{"time": 101.0, "task": "worker:1", "step": 3, "examples": 60}])
+    c = _run(events=ev).accuracy_curve()
+    assert list(c["global_step"]) == [100] and c["accuracy"].iloc[0] == pytest.approx(0.9)
+
+
+def test_dstat_table_needs_a_monitor():
+    with pytest.raises(ValueError, match="monitor=False"):
+        _run().dstat_table()
+
+
+def test_compare_and_exec_time_table():
+    runs = [_run("async", batch=120), _run("sync", batch=10)]
+    c = ps_report.compare(runs)
+    assert list(c["mode"]) == ["async", "sync"]
+    assert list(c["exec time spread (s)"]) == [1.0, 1.0]
+    t = ps_report.exec_time_table(runs)
+    assert list(t.columns) == ["Batch Size", "Execution Time (seconds)"]
+    assert list(t["Batch Size"]) == [10, 120] and list(t["Execution Time (seconds)"]) == [6.0, 6.0]
+
+
+def test_plot_accuracy(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = ps_report.plot_accuracy([_run(), _run("sync")], x="time")
+    assert len(fig.axes[0].lines) == 2
+    with pytest.raises(ValueError, match="global_step"):
+        ps_report.plot_accuracy([_run()], x="epoch")
+    assert not math.isnan(_run().accuracy)
+
+
+class _FakeMonitor:
+    """The two things dstat_table reads from a Monitor."""
+
+    def __init__(self, scale):
+        self.start_time, self.stop_time, self.scale = 0.0, 2.0, scale
+
+    def summary(self):
+        nan = float("nan")
+        df = pd.DataFrame({
+            "Peak CPU": [50.0, 100.0 * self.scale], "Avg CPU": [20.0, 80.0 * self.scale],
+            "Peak Mem": [400 * 2**20, 1200 * 2**20], "Network R": [nan, 8 * 2**20], "Network W": [nan, 4 * 2**20],
+        }, index=["ps:0", "total"])
+        df.attrs["network_scope"] = "host"
+        return df
+
+
+def test_dstat_table_units_and_rates():
+    r = _run()
+    r.monitor = _FakeMonitor(1)
+    t = r.dstat_table()
+    assert list(t.index) == ["ps:0", "total"]
+    assert t.loc["total", "Memory (MB)"] == 1200 and t.loc["total", "Total Read (MB)"] == 8
+    assert t.loc["total", "Avg Read (MB/s)"] == 4 and t.loc["total", "Avg Write (MB/s)"] == 2  # over 2 s
+    assert math.isnan(t.loc["ps:0", "Total Read (MB)"]) and t.attrs["network_scope"] == "host"
+
+
+def test_dstat_compare_takes_the_total_row_of_each_run():
+    a, s = _run("async", label="A"), _run("sync", label="S")
+    a.monitor, s.monitor = _FakeMonitor(1), _FakeMonitor(2)
+    c = ps_report.dstat_compare([a, s])
+    assert list(c.index) == ["A", "S"] and list(c["Max CPU (%)"]) == [100.0, 200.0]

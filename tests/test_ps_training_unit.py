@@ -1,0 +1,139 @@
+"""Unit tests for lab_utils.ps_training and the Lab 2-3 scripts' argument checks (no TensorFlow)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab_utils import ps_training as pst
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = {"async": ROOT / "lab_utils" / "scripts" / "train_async.py",
+           "sync": ROOT / "lab_utils" / "scripts" / "train_sync.py"}
+
+
+def tf_config(workers=2, job="worker", index=0):
+    cluster = {"ps": ["localhost:1"], "worker": [f"localhost:{10 + i}" for i in range(workers)]}
+    return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": job, "index": index}})}
+
+
+def test_import_does_not_import_tensorflow():
+    code = "import sys, lab_utils.ps_training; print('tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("spec, expected", [
+    (None, {}), ("", {}),
+    ("worker:1=0.05", {"worker:1": 0.05}),
+    ("worker:1=50ms", {"worker:1": 0.05}),
+    ("worker:0=1s, worker:2=0", {"worker:0": 1.0, "worker:2": 0.0}),
+    ({"worker:1": 0.2}, {"worker:1": 0.2}),
+])
+def test_parse_straggler(spec, expected):
+    assert pst.parse_straggler(spec) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("spec", ["worker:1", "worker:1=", "=0.1", "worker:1=fast", "worker:1=-1"])
+def test_parse_straggler_rejects(spec):
+    with pytest.raises(ValueError, match="straggler"):
+        pst.parse_straggler(spec)
+
+
+def test_check_settings_defaults():
+    s = pst.check_settings("sync", 60, 4)
+    assert s.replicas == 4 and s.epochs == 1.0 and s.steps is None
+    assert pst.check_settings("sync", 60, 4, replicas_to_aggregate=3).replicas == 3
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(mode="sgd"), "mode must be one of"),
+    (dict(batch_size=0), "batch_size must be >= 1, got 0"),
+    (dict(batch_size=-5), "batch_size must be >= 1"),
+    (dict(mode="sync", replicas_to_aggregate=3), "replicas_to_aggregate=3 is more than the 2 worker"),
+    (dict(mode="sync", replicas_to_aggregate=0), "replicas_to_aggregate must be >= 1"),
+    (dict(replicas_to_aggregate=1), "only applies to mode='sync'"),
+    (dict(epochs=1.0, steps=10), "exactly one of epochs or steps"),
+    (dict(epochs=0), "epochs must be a number > 0"),
+    (dict(epochs=None, steps=0), "steps must be >= 1"),
+    (dict(learning_rate=0.0), "learning_rate must be a number > 0"),
+    (dict(learning_rate=float("nan")), "learning_rate"),
+    (dict(straggler="worker:2=0.1"), "worker:0..worker:1"),
+    (dict(straggler="ps:0=0.1"), "worker:0..worker:1"),
+    (dict(eval_every=-1), "eval_every must be >= 0"),
+    (dict(step_timeout=0), "step_timeout"),
+])
+def test_check_settings_rejects(kwargs, message):
+    args = dict(mode="async", batch_size=60, num_workers=2)
+    args.update(kwargs)
+    with pytest.raises((ValueError, TypeError), match=message.replace("(", r"\(").replace(")", r"\)")):
+        pst.check_settings(**args)
+
+
+def test_check_settings_rejects_non_integer_batch():
+    with pytest.raises(TypeError, match="batch_size must be an integer"):
+        pst.check_settings("async", 6.5, 2)
+
+
+def test_steps_per_epoch_and_target():
+    assert pst.steps_per_epoch(60000, 60) == 1000
+    assert pst.steps_per_epoch(4000, 60) == 67
+    s = pst.check_settings("sync", 60, 2, epochs=6)
+    assert pst.target_global_steps(s, 60000) == 6000  # CS 744: 6 epochs = 6000 sync global steps
+    assert pst.target_global_steps(pst.check_settings("async", 60, 2, epochs=0.5), 4000) == 34
+    assert pst.target_global_steps(pst.check_settings("async", 60, 2, epochs=None, steps=7), 4000) == 7
+    with pytest.raises(ValueError):
+        pst.steps_per_epoch(4000, 0)
+
+
+def test_parse_args_good(monkeypatch):
+    settings, task = pst.parse_args("sync", ["--steps", "30", "--replicas-to-aggregate", "1",
+                                             "--straggler", "worker:1=20ms"], env=tf_config(2, "worker", 1))
+    assert (task.job, task.index, task.is_chief) == ("worker", 1, False)
+    assert settings.steps == 30 and settings.epochs is None and settings.replicas == 1
+    assert settings.straggler == {"worker:1": pytest.approx(0.02)}
+
+
+@pytest.mark.parametrize("mode, argv, message", [
+    ("sync", ["--batch-size", "0"], "batch_size must be >= 1, got 0"),
+    ("sync", ["--replicas-to-aggregate", "3"], "replicas_to_aggregate=3 is more than the 2 worker(s)"),
+    ("async", ["--replicas-to-aggregate", "1"], "unrecognized arguments"),
+    ("async", ["--epochs", "1", "--steps", "5"], "not allowed with argument"),
+    ("async", ["--straggler", "worker:5=1"], "worker:0..worker:1"),
+])
+def test_parse_args_exits_2_with_message(mode, argv, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        pst.parse_args(mode, argv, env=tf_config(2))
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_parse_args_without_tf_config_exits_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        pst.parse_args("async", [], env={})
+    assert info.value.code == 2
+    assert "TF_CONFIG is not set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode, argv, message", [
+    ("sync", ["--batch-size", "0"], "batch_size must be >= 1"),
+    ("sync", ["--replicas-to-aggregate", "3"], "replicas_to_aggregate=3 is more than"),
+    ("async", ["--learning-rate", "-1"], "learning_rate must be a number > 0"),
+])
+def test_scripts_reject_bad_input_before_tensorflow(mode, argv, message):
+    """The real script, run as __main__: exit code 2, the message on stderr, TensorFlow never imported."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{str(SCRIPTS[mode])!r}] + {argv!r}\n"
+        "try:\n"
+        f"    runpy.run_path({str(SCRIPTS[mode])!r}, run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code, 'tensorflow' in sys.modules)\n"
+    )
+    env = dict(__import__("os").environ, **tf_config(2, "ps", 0))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.strip() == "exit 2 False", (out.stdout, out.stderr)
+    assert message in out.stderr
