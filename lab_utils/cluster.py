@@ -86,7 +86,8 @@ _BIND_ERRORS = ("Could not start gRPC server", "Address already in use", "Failed
 _POLL = 0.03  # seconds between probes while waiting (a probe, not a "let it start" sleep)
 _LAUNCHERS = ("mpirun", "horovodrun")
 _CONTROLLERS = ("mpi", "gloo")
-_RANK_TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>")
+# mpirun --tag-output: "[job,rank]<stdout>:"; horovodrun: "[rank]<stdout>:" (capture: the rank).
+_RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>:")
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", socket.gethostname())
 
 
@@ -1058,6 +1059,23 @@ class TFCluster(_Job):
 # --------------------------------------------------------------------------- MPI / Horovod
 
 
+def split_rank_output(text: str) -> dict[int, str]:
+    """Each rank's own output, untagged, from a launcher log that interleaves ranks.
+
+    mpirun tags every *read* from a rank's pipe, not every line: ``print()`` under
+    ``python -u`` writes the text and the newline separately, so two ranks' pieces
+    can share one line (``[1,1]<stdout>:rank 1[1,0]<stdout>:rank 0``). Every line
+    of a piece is tagged, so a piece runs from its tag to its first newline or to
+    the next tag; anything else is the launcher's own (untagged) output."""
+    out: dict[int, list[str]] = {}
+    parts = _RANK_TAG.split(text)  # [untagged, rank, piece, rank, piece, ...]
+    for i in range(1, len(parts), 2):
+        piece = parts[i + 1]
+        cut = piece.find("\n")
+        out.setdefault(int(parts[i]), []).append(piece if cut < 0 else piece[: cut + 1])
+    return {r: "".join(pieces) for r, pieces in sorted(out.items())}
+
+
 class MPIJob(_Job):
     """``mpirun`` or ``horovodrun`` running ``np`` copies of a script.
 
@@ -1252,7 +1270,8 @@ class MPIJob(_Job):
 
     def logs(self, rank: int | None = None, tail: int | None = None) -> str:
         """The launcher's log (every rank's output, tagged ``[1,r]<stdout>:`` by mpirun,
-        ``[r]<stdout>:`` by horovodrun); ``logs(1)``: only rank 1's lines."""
+        ``[r]<stdout>:`` by horovodrun); ``logs(1)``: rank 1's own output, untagged
+        (see :func:`split_rank_output`)."""
         path = self.tasks[0].log_path if self.tasks else None
         if path is None:
             return ""
@@ -1261,8 +1280,7 @@ class MPIJob(_Job):
         except FileNotFoundError:
             return ""
         if rank is not None:
-            text = "\n".join(line for line in text.splitlines()
-                             if (m := _RANK_TAG.match(line)) and int(m.group(1)) == rank)
+            text = split_rank_output(text).get(rank, "")
         if tail is not None:
             text = "\n".join(text.splitlines()[-tail:])
         return text

@@ -141,6 +141,33 @@ def test_horovodrun_command(monkeypatch, tmp_path):
     assert "--mpi" in cmd and cmd[cmd.index("--hostfile") + 1] == str(hostfile)
 
 
+@pytest.mark.parametrize("log,want", [
+    # mpirun tags each read from a rank's pipe: `print` under `python -u` is two writes,
+    # so pieces of two ranks share a line (both orders seen in CI and here).
+    ("# mpirun: cmd\n[1,1]<stdout>:rank 1/2: total=3[1,0]<stdout>:rank 0/2: total=3\n[1,1]<stdout>:\n",
+     {0: "rank 0/2: total=3\n", 1: "rank 1/2: total=3\n"}),
+    ("[1,0]<stdout>:rank 0/2[1,1]<stdout>:rank 1/2\n[1,0]<stdout>:\n[1,1]<stderr>:warn\n",
+     {0: "rank 0/2\n", 1: "rank 1/2\nwarn\n"}),
+    # several lines in one read are tagged line by line; untagged launcher lines belong to no rank
+    ("[1,0]<stdout>:a\n[1,0]<stdout>:b\nmpirun noticed something\n[1,1]<stderr>:Traceback\n",
+     {0: "a\nb\n", 1: "Traceback\n"}),
+    # horovodrun (Gloo) tags whole lines without a job id
+    ("[0]<stdout>:hello\n[1]<stdout>:hello\n[10]<stderr>:x\n", {0: "hello\n", 1: "hello\n", 10: "x\n"}),
+    ("no tags at all\n", {}),
+])
+def test_split_rank_output_undoes_interleaving(log, want):
+    assert cl.split_rank_output(log) == want
+
+
+def test_mpijob_logs_per_rank(tmp_path):
+    job = MPIJob(np=2, script=FIX / "cluster_mpi_task.py", launcher="mpirun", progress=False)
+    log = tmp_path / "mpirun.log"
+    log.write_text("[1,1]<stdout>:rank 1/2: total=3[1,0]<stdout>:rank 0/2: total=3\n[1,1]<stdout>:\n")
+    job.tasks = [cl.Task("mpirun", log)]
+    assert job.logs(1) == "rank 1/2: total=3\n" and job.logs(0) == "rank 0/2: total=3\n"
+    assert job.logs(2) == "" and job.logs(tail=1) == "[1,1]<stdout>:"
+
+
 def test_remote_task_goes_through_ssh():
     c = TFCluster(ps=1, workers=1, script=SCRIPT, hosts=["node1", "localhost"], progress=False)
     c.run_dir = Path("/tmp/x")
