@@ -132,6 +132,7 @@ class PSRun:
                 "examples/s": r["examples_per_sec"],
                 "exec time (s)": r["exec_time"],
                 "train time (s)": r["train_time"],
+                "eval time (s)": r.get("eval_time", 0.0),  # the chief's test evaluations, outside train time
                 "start-up (s)": r["startup_time"],
                 "straggler delay (s/step)": r.get("straggler_delay", 0.0),
             }

@@ -56,6 +56,12 @@ def test_async_reaches_accuracy_and_reports_throughput():
     # asynchronous: the workers' local steps add up to the global steps taken
     total_local = sum(r["local_steps"] for r in results.values())
     assert 200 <= total_local <= max(r["final_global_step"] for r in results.values())
+    # evaluation is not training: the chief's evaluations are timed apart, and the loop
+    # time plus them fits inside the execution time; the other worker never evaluates
+    chief, other = results["worker:0"], results["worker:1"]
+    assert chief["eval_time"] > 0 and other["eval_time"] == 0
+    assert chief["train_time"] + chief["eval_time"] < chief["exec_time"]
+    assert chief["examples_per_sec"] == pytest.approx(chief["examples"] / chief["train_time"])
     # the chief evaluated on the way: accuracy against global step for the plots
     evals = [e for e in steps["worker:0"] if "accuracy" in e]
     assert len(evals) >= 3 and evals[-1]["step"] >= 150
