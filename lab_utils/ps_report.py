@@ -354,7 +354,7 @@ def dstat_compare(runs: Sequence[PSRun]) -> pd.DataFrame:
     return out
 
 
-def plot_accuracy(runs: Sequence[PSRun], x: str = "global_step"):
+def plot_accuracy(runs: Sequence[PSRun], x: str = "global_step", title: str | None = None):
     """Test accuracy of each run against ``global_step`` or ``time`` (s since launch)."""
     if x not in ("global_step", "time"):
         raise ValueError(f"x must be 'global_step' or 'time', got {x!r}")
@@ -369,6 +369,8 @@ def plot_accuracy(runs: Sequence[PSRun], x: str = "global_step"):
     finite = [v for r in runs for v in r.accuracy_curve()["accuracy"] if not math.isnan(v)]
     if finite:
         ax.set_ylim(max(0.0, min(finite) - 0.05), min(1.0, max(finite) + 0.02))
+    if title:
+        ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

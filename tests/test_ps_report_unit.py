@@ -110,7 +110,8 @@ def test_plot_accuracy(monkeypatch):
 
     matplotlib.use("Agg")
     fig = ps_report.plot_accuracy([_run(), _run("sync")], x="time")
-    assert len(fig.axes[0].lines) == 2
+    assert len(fig.axes[0].lines) == 2 and fig.axes[0].get_title() == ""
+    assert ps_report.plot_accuracy([_run()], title="Table 3 runs").axes[0].get_title() == "Table 3 runs"
     with pytest.raises(ValueError, match="global_step"):
         ps_report.plot_accuracy([_run()], x="epoch")
     assert not math.isnan(_run().accuracy)
