@@ -481,6 +481,7 @@ class _Job:
         self._stopped = True
         self._stream_stop = threading.Event()
         self._stream_thread: threading.Thread | None = None
+        self._stream_partial: dict[int, str] = {}  # MPIJob: a rank's line still waiting for its end
         self._step_cache: dict[Path, tuple[int, dict | None]] = {}
 
     # ---- helpers for subclasses
@@ -685,6 +686,7 @@ class _Job:
     # ---- streaming
     def _start_streaming(self) -> None:
         self._stream_stop.clear()
+        self._stream_partial = {}
         self._stream_thread = threading.Thread(target=self._stream_loop, name=f"lab_utils-stream-{self.name}", daemon=True)
         self._stream_thread.start()
 
@@ -711,10 +713,15 @@ class _Job:
                 partial[t.name] = lines.pop()
                 for line in lines:
                     if not line.startswith(b"# "):
-                        print(f"[{t.name}] {line.decode('utf-8', 'replace')}", flush=True)
+                        for out in self._stream_format(t, line.decode("utf-8", "replace")):
+                            print(out, flush=True)
             if stopping:
                 return
             self._stream_stop.wait(0.1)
+
+    def _stream_format(self, task: "Task", line: str) -> list[str]:
+        """What live streaming prints for one complete line of ``task``'s log."""
+        return [f"[{task.name}] {line}"]
 
     # ---- display
     def _rows(self) -> list[tuple]:
@@ -1267,6 +1274,21 @@ class MPIJob(_Job):
             return []
         files = sorted((self.run_dir / "ranks").glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
         return [(f"rank:{p.stem.split('-')[1]}", p) for p in files]
+
+    def _stream_format(self, task: Task, line: str) -> list[str]:
+        """``[rank:r] text`` per rank line. A launcher line can end one rank's line and hold
+        the start of another's (see :func:`split_rank_output`): a rank's line is printed
+        once the piece that ends it arrives, whichever launcher line brings it."""
+        parts = _RANK_TAG.split(line)
+        out = [f"[{task.name}] {parts[0]}"] if parts[0].strip() else []
+        for i in range(1, len(parts), 2):
+            rank = int(parts[i])
+            text = self._stream_partial.pop(rank, "") + parts[i + 1]
+            if i + 2 < len(parts):  # another piece follows on this line: no newline yet
+                self._stream_partial[rank] = text
+            else:
+                out.append(f"[rank:{rank}] {text}")
+        return out
 
     def logs(self, rank: int | None = None, tail: int | None = None) -> str:
         """The launcher's log (every rank's output, tagged ``[1,r]<stdout>:`` by mpirun,

@@ -168,6 +168,17 @@ def test_mpijob_logs_per_rank(tmp_path):
     assert job.logs(2) == "" and job.logs(tail=1) == "[1,1]<stdout>:"
 
 
+def test_mpijob_stream_prints_whole_rank_lines():
+    job = MPIJob(np=2, script=FIX / "cluster_mpi_task.py", launcher="mpirun", progress=False)
+    t = cl.Task("mpirun", Path("mpirun.log"))
+    lines = ["[1,1]<stdout>:rank 1/2: total=3[1,0]<stdout>:rank 0/2: total=3", "[1,1]<stdout>:",
+             "mpirun: a note of its own", "[0]<stderr>:gloo line"]
+    printed = [out for line in lines for out in job._stream_format(t, line)]
+    assert printed == ["[rank:0] rank 0/2: total=3", "[rank:1] rank 1/2: total=3",
+                       "[mpirun] mpirun: a note of its own", "[rank:0] gloo line"]
+    assert TFCluster(ps=1, workers=1, script=SCRIPT, progress=False)._stream_format(t, "x") == ["[mpirun] x"]
+
+
 def test_remote_task_goes_through_ssh():
     c = TFCluster(ps=1, workers=1, script=SCRIPT, hosts=["node1", "localhost"], progress=False)
     c.run_dir = Path("/tmp/x")

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -43,11 +44,15 @@ def check_results(results: dict, np: int = 2) -> None:
 
 
 @pytest.mark.parametrize("launcher,controller,script", JOBS)
-def test_job_succeeds(launcher, controller, script):
+def test_job_succeeds(launcher, controller, script, capfd):
     if os.getuid() == 0 and launcher == "mpirun":
         assert "--allow-run-as-root" in MPIJob(np=2, script=FIX / script, launcher=launcher).command()[0]
-    with MPIJob(np=2, script=FIX / script, launcher=launcher, controller=controller, progress=False) as job:
+    with MPIJob(np=2, script=FIX / script, launcher=launcher, controller=controller, progress=False,
+                stream=True) as job:
         results = job.wait()
+    out, _ = capfd.readouterr()
+    for r in (0, 1):  # live streaming: each rank's whole line, with its own prefix
+        assert re.search(rf"^\[rank:{r}\] rank {r}/2: total=3", out, re.M), out
     check_results(results)
     if launcher == "horovodrun":
         assert {r["controller"] for r in results.values()} == {controller}
