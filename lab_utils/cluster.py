@@ -481,7 +481,6 @@ class _Job:
         self._stopped = True
         self._stream_stop = threading.Event()
         self._stream_thread: threading.Thread | None = None
-        self._stream_partial: dict[int, str] = {}  # MPIJob: a rank's line still waiting for its end
         self._step_cache: dict[Path, tuple[int, dict | None]] = {}
 
     # ---- helpers for subclasses
@@ -686,7 +685,6 @@ class _Job:
     # ---- streaming
     def _start_streaming(self) -> None:
         self._stream_stop.clear()
-        self._stream_partial = {}
         self._stream_thread = threading.Thread(target=self._stream_loop, name=f"lab_utils-stream-{self.name}", daemon=True)
         self._stream_thread.start()
 
@@ -1148,6 +1146,7 @@ class MPIJob(_Job):
         self.memory_per_rank = TF_TASK_MEMORY_BYTES if memory_per_rank is None else int(memory_per_rank)
         self.check_resources = check_resources
         self._rank_pids: dict[str, int] | None = None
+        self._stream_partial: dict[int, str] = {}  # streaming: a rank's line still waiting for its end
 
     @staticmethod
     def _launcher_path(launcher: str) -> str | None:
@@ -1217,6 +1216,7 @@ class MPIJob(_Job):
     def _start_and_wait_ready(self) -> None:
         self.attempts = 1
         self._rank_pids = None
+        self._stream_partial = {}
         report_dir = self.run_dir / "ranks"
         report_dir.mkdir(exist_ok=True)
         self.tasks = [Task(self.launcher, self.run_dir / f"{self.launcher}.log")]
