@@ -39,7 +39,7 @@ def _set_subreaper() -> None:
         pass
 
 
-def _descendants() -> list[int]:
+def descendants() -> list[int]:
     """PIDs of every live descendant of this process (from /proc, no psutil needed)."""
     children: dict[int, list[int]] = {}
     try:
@@ -87,19 +87,19 @@ def _signal_all(sig: int, pids: list[int]) -> None:
 
 def terminate_tree(grace: float) -> None:
     """SIGTERM every descendant, wait up to ``grace`` s, then SIGKILL what is left."""
-    pids = _descendants()
+    pids = descendants()
     if not pids:
         return
     _signal_all(signal.SIGTERM, pids)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         _reap_zombies()
-        pids = _descendants()
+        pids = descendants()
         if not pids:
             return
         time.sleep(0.02)  # probing under a deadline
     for _ in range(3):  # orphans may be re-parented to us while we kill
-        pids = _descendants()
+        pids = descendants()
         if not pids:
             break
         _signal_all(signal.SIGKILL, pids)

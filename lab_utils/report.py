@@ -28,10 +28,13 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-__all__ = ["event", "ready", "step", "result", "read_events", "iter_events", "task_name", "rank"]
+from lab_utils import config
+
+__all__ = ["event", "ready", "step", "result", "read_events", "iter_events", "EventTail", "task_name", "rank"]
 
 _RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 _handle = None
@@ -49,7 +52,7 @@ def rank() -> int | None:
 
 def task_name() -> str:
     """``LABS_TASK`` (set by the launcher, e.g. ``ps:0``), else ``rank:<r>``, else ``local:0``."""
-    name = os.environ.get("LABS_TASK")
+    name = config.get(config.TASK)
     if name:
         return name
     r = rank()
@@ -57,10 +60,10 @@ def task_name() -> str:
 
 
 def _target() -> str | None:
-    path = os.environ.get("LABS_REPORT_FILE")
+    path = config.get(config.REPORT_FILE)
     if path:
         return path
-    directory = os.environ.get("LABS_REPORT_DIR")
+    directory = config.get(config.REPORT_DIR)
     if directory:
         r = rank()
         return str(Path(directory) / f"rank-{r if r is not None else 0}.jsonl")
@@ -139,6 +142,26 @@ def iter_events(path: str | os.PathLike) -> Iterator[dict]:
 def read_events(path: str | os.PathLike, kind: str | None = None) -> list[dict]:
     """All complete events in ``path`` (optionally only those of ``kind``)."""
     return [e for e in iter_events(path) if kind is None or e.get("kind") == kind]
+
+
+class EventTail:
+    """Reads a growing events file incrementally: each :meth:`read` returns only the
+    complete events written since the previous call (long runs write thousands)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path, self.offset = Path(path), 0
+
+    def read(self, kind: str | None = None) -> list[dict]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        events = (json.loads(line) for line in complete.splitlines() if line.strip())
+        return [e for e in events if kind is None or e.get("kind") == kind]
 
 
 if __name__ == "__main__":  # pragma: no cover - tiny manual check

@@ -11,9 +11,12 @@ import psutil
 import pytest
 
 from lab_utils import cluster as cl
+from lab_utils import resources
+from lab_utils.cluster import hosts
+from lab_utils.cluster.job import format_args
 from lab_utils.cluster import ClusterError, MPIJob, ResourceError, TFCluster, reap, task_config
 
-FIX = Path(__file__).resolve().parent / "fixtures"
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
 SCRIPT = str(FIX / "cluster_task.py")
 GB = 1024**3
 REAL_POPEN = subprocess.Popen
@@ -25,7 +28,7 @@ def no_processes(monkeypatch, tmp_path):
     def refuse(*a, **k):
         raise AssertionError(f"a process was started: {a!r}")
 
-    monkeypatch.setattr(cl.subprocess, "Popen", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
     monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
 
 
@@ -68,11 +71,11 @@ def test_mpijob_bad_input(kwargs, match):
 
 
 def test_args_as_dict_or_list():
-    assert cl._format_args({"steps": 10, "sync": True, "quiet": False, "lr": 0.1, "layers": [2, 3]}) == [
+    assert format_args({"steps": 10, "sync": True, "quiet": False, "lr": 0.1, "layers": [2, 3]}) == [
         "--steps", "10", "--sync", "--lr", "0.1", "--layers", "2", "3"]
-    assert cl._format_args(["--x", 1]) == ["--x", "1"]
+    assert format_args(["--x", 1]) == ["--x", "1"]
     with pytest.raises(TypeError, match="shlex"):
-        cl._format_args("--steps 3")
+        format_args("--steps 3")
 
 
 def test_task_config_parses_tf_config():
@@ -89,7 +92,7 @@ def test_task_config_parses_tf_config():
 
 
 def test_resource_guard_refuses_with_a_suggestion(monkeypatch):
-    monkeypatch.setattr(cl, "available_memory_bytes", lambda: int(1.6 * GB))
+    monkeypatch.setattr(resources, "available_memory_bytes", lambda: int(1.6 * GB))
     c = TFCluster(ps=1, workers=4, script=SCRIPT, progress=False)
     with pytest.raises(ResourceError) as info:
         c.start()
@@ -100,18 +103,19 @@ def test_resource_guard_refuses_with_a_suggestion(monkeypatch):
 
 
 def test_resource_guard_notes_oversubscription_on_stdout(monkeypatch, capsys):
-    monkeypatch.setattr(cl, "available_memory_bytes", lambda: 20 * GB)
-    monkeypatch.setattr(cl, "usable_cores", lambda: 2)
+    monkeypatch.setattr(resources, "available_memory_bytes", lambda: 20 * GB)
+    monkeypatch.setattr(resources, "usable_cores", lambda: 2)
     c = TFCluster(ps=1, workers=2, script=SCRIPT)
-    c._check_resources()
+    with pytest.raises(AssertionError, match="a process was started"):
+        c.start()  # the note comes before the first launch (refused by this file's fixture)
     out, err = capsys.readouterr()
     assert "3 tasks share 2 usable core(s)" in out and err == ""
-    assert c.notes
+    assert c.notes and not c.running
 
 
 def test_mpirun_command_as_root_and_oversubscribed(monkeypatch):
-    monkeypatch.setattr(cl.os, "getuid", lambda: 0)
-    monkeypatch.setattr(cl, "usable_cores", lambda: 2)
+    monkeypatch.setattr(os, "getuid", lambda: 0)
+    monkeypatch.setattr(resources, "usable_cores", lambda: 2)
     job = MPIJob(np=4, script=SCRIPT, launcher="mpirun", progress=False)
     cmd, extra = job.command()
     assert cmd[0].endswith("mpirun") and cmd[1:3] == ["-np", "4"]
@@ -121,8 +125,8 @@ def test_mpirun_command_as_root_and_oversubscribed(monkeypatch):
 
 
 def test_mpirun_command_non_root_with_hosts(monkeypatch):
-    monkeypatch.setattr(cl.os, "getuid", lambda: 1000)
-    monkeypatch.setattr(cl, "usable_cores", lambda: 8)
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    monkeypatch.setattr(resources, "usable_cores", lambda: 8)
     job = MPIJob(np=4, script=SCRIPT, launcher="mpirun", hosts=["n1:2", "n2:2"], progress=False)
     cmd, extra = job.command()
     assert "--allow-run-as-root" not in cmd and "--oversubscribe" not in cmd
@@ -130,8 +134,8 @@ def test_mpirun_command_non_root_with_hosts(monkeypatch):
 
 
 def test_horovodrun_command(monkeypatch, tmp_path):
-    monkeypatch.setattr(cl.os, "getuid", lambda: 0)
-    monkeypatch.setattr(cl, "usable_cores", lambda: 2)
+    monkeypatch.setattr(os, "getuid", lambda: 0)
+    monkeypatch.setattr(resources, "usable_cores", lambda: 2)
     cmd, extra = MPIJob(np=2, script=SCRIPT, launcher="horovodrun", controller="gloo").command()
     assert "--gloo" in cmd and cmd[cmd.index("-H") + 1] == "localhost:2"
     assert extra["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and extra["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
@@ -173,30 +177,30 @@ def test_mpijob_stream_prints_whole_rank_lines():
     t = cl.Task("mpirun", Path("mpirun.log"))
     lines = ["[1,1]<stdout>:rank 1/2: total=3[1,0]<stdout>:rank 0/2: total=3", "[1,1]<stdout>:",
              "mpirun: a note of its own", "[0]<stderr>:gloo line"]
-    printed = [out for line in lines for out in job._stream_format(t, line)]
+    printed = [out for line in lines for out in job.stream_lines(t, line)]
     assert printed == ["[rank:0] rank 0/2: total=3", "[rank:1] rank 1/2: total=3",
                        "[mpirun] mpirun: a note of its own", "[rank:0] gloo line"]
-    assert TFCluster(ps=1, workers=1, script=SCRIPT, progress=False)._stream_format(t, "x") == ["[mpirun] x"]
+    assert TFCluster(ps=1, workers=1, script=SCRIPT, progress=False).stream_lines(t, "x") == ["[mpirun] x"]
 
 
 def test_remote_task_goes_through_ssh():
     c = TFCluster(ps=1, workers=1, script=SCRIPT, hosts=["node1", "localhost"], progress=False)
     c.run_dir = Path("/tmp/x")
-    c._new_tasks(1)
+    c.plan()
     ps, worker = c.tasks
     assert 20000 <= ps.port < 50000 and ps.host == "node1"
     env = {"TF_CONFIG": '{"a": 1}', "LABS_TASK": "ps:0", "PYTHONPATH": "/repo"}
-    cmd = c._task_command(ps, env)
+    cmd = c.task_command(ps, env)
     assert cmd[:3] == ["ssh", "-o", "BatchMode=yes"] and "node1" in cmd
     assert "TF_CONFIG=" in cmd[-1] and SCRIPT in cmd[-1]
-    assert c._task_command(worker, env)[0] == sys.executable
+    assert c.task_command(worker, env)[0] == sys.executable
     assert c.cluster_spec() == {"ps": [f"node1:{ps.port}"], "worker": [f"localhost:{worker.port}"]}
 
 
 def test_repr_shows_tasks_pids_ports_states():
     c = TFCluster(ps=1, workers=1, script=SCRIPT, progress=False)
     c.run_dir = Path("/tmp/x")
-    c._new_tasks(1)
+    c.plan()
     c.tasks[0].pid, c.tasks[0].state = 4242, "ready"
     c.tasks[1].pid, c.tasks[1].state, c.tasks[1].exit_code = 4343, "failed", 3
     text, page = repr(c), c._repr_html_()
@@ -234,37 +238,61 @@ class FakeProc:
     def status(self):
         return self._status
 
+    def children(self, recursive=False):
+        return []
 
-def test_reap_checks_pid_and_create_time(monkeypatch, tmp_path):
-    procs = {10: FakeProc(10, 100.0), 20: FakeProc(20, 555.0), 21: FakeProc(21, 200.0), 31: FakeProc(31, 300.0)}
+
+def test_reap_checks_pid_and_create_time_not_the_status(monkeypatch, tmp_path):
+    procs = {10: FakeProc(10, 100.0), 20: FakeProc(20, 555.0), 21: FakeProc(21, 200.0), 31: FakeProc(31, 300.0),
+             41: FakeProc(41, 400.0)}
 
     def process(pid):
         if pid not in procs:
             raise psutil.NoSuchProcess(pid)
         return procs[pid]
 
+    def killpg(pgid, sig):  # the signalled process ends at once
+        killed.append((pgid, sig))
+        procs.pop(pgid, None)
+
     killed = []
-    monkeypatch.setattr(cl.psutil, "Process", process)
-    monkeypatch.setattr(cl.psutil, "wait_procs", lambda ps, timeout=None: (ps, []))
-    monkeypatch.setattr(cl.os, "killpg", lambda pgid, sig: killed.append((pgid, sig)))
+    monkeypatch.setattr(psutil, "Process", process)
+    monkeypatch.setattr(os, "killpg", killpg)
     root = tmp_path / "runs"
     live = _state(root, "a-live", {"pid": 10, "create_time": 100.0}, [{"pid": 31, "pgid": 31, "create_time": 300.0}])
     # parent pid 20 exists but was reused (other create_time): the kernel is dead
     dead = _state(root, "b-dead", {"pid": 20, "create_time": 111.0}, [{"pid": 21, "pgid": 21, "create_time": 200.0},
                                                                         {"pid": 22, "pgid": 22, "create_time": 1.0}])
-    _state(root, "c-stopped", {"pid": 99, "create_time": 1.0}, [{"pid": 31, "pgid": 31, "create_time": 300.0}], "stopped")
-    assert reap(root=root) == [str(dead)]
-    assert killed == [(21, 15)]
+    # says "running", but its kernel and every task are gone: nothing to do
+    _state(root, "c-gone", {"pid": 99, "create_time": 1.0}, [{"pid": 32, "pgid": 32, "create_time": 300.0}])
+    # says "stopped", but a task survived that stop: reap finds it by its pid
+    survived = _state(root, "d-survived", {"pid": 98, "create_time": 1.0},
+                      [{"pid": 41, "pgid": 41, "create_time": 400.0}], "stopped")
+    assert reap(root=root) == [str(dead), str(survived)]
+    assert killed == [(21, 15), (41, 15)]
     assert json.loads((dead / "state.json").read_text())["status"] == "stopped"
     killed.clear()
     assert reap(include_live=True, root=root) == [str(live)]
     assert killed == [(31, 15)]
 
 
-def test_reap_ignores_a_task_pid_reused_by_another_process(monkeypatch, tmp_path):
-    monkeypatch.setattr(cl.psutil, "Process", lambda pid: FakeProc(pid, 999.0))
+def test_reap_records_a_task_that_survives_sigkill(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(psutil, "Process", lambda pid: FakeProc(pid, 7.0))
     sent = []
-    monkeypatch.setattr(cl.os, "killpg", lambda pgid, sig: sent.append(pgid))
+    monkeypatch.setattr(os, "killpg", lambda pgid, sig: sent.append(sig))
+    root = tmp_path / "runs"
+    run = _state(root, "x", {"pid": 5, "create_time": 1.0}, [{"name": "worker:0", "pid": 6, "pgid": 6, "create_time": 7.0}])
+    assert reap(root=root, grace=0.1) == [str(run)]
+    assert sent == [15, 9]
+    state = json.loads((run / "state.json").read_text())
+    assert state["status"] == "survived" and state["survivors"] == ["worker:0"]
+    assert "still running after SIGKILL: worker:0 (pid 6)" in capsys.readouterr().out
+
+
+def test_reap_ignores_a_task_pid_reused_by_another_process(monkeypatch, tmp_path):
+    monkeypatch.setattr(psutil, "Process", lambda pid: FakeProc(pid, 999.0))
+    sent = []
+    monkeypatch.setattr(os, "killpg", lambda pgid, sig: sent.append(pgid))
     root = tmp_path / "runs"
     _state(root, "x", {"pid": 5, "create_time": 1.0}, [{"pid": 6, "pgid": 6, "create_time": 2.0}])
     reap(root=root)
@@ -282,16 +310,18 @@ def test_guard_descendants_and_usage():
 
     assert _guard.main(["--parent", "1"]) == 2  # no "--"
     assert _guard.main(["--bogus", "1", "--", "true"]) == 2
-    assert os.getpid() not in _guard._descendants()
+    assert os.getpid() not in _guard.descendants()
 
 
-def test_prune_runs_removes_only_old_stopped_runs(tmp_path):
+def test_prune_runs_removes_only_old_runs_with_nothing_alive(tmp_path):
     me = psutil.Process()
+    mine = {"pid": me.pid, "create_time": me.create_time()}
     states = {
         "newest": {"status": "stopped", "tasks": []},
         "old-stopped": {"status": "stopped", "tasks": [{"pid": 999999999, "create_time": 1.0}]},
-        "old-running": {"status": "running", "tasks": []},                    # reap() decides, not prune
-        "old-stopped-but-alive": {"status": "stopped", "tasks": [{"pid": me.pid, "create_time": me.create_time()}]},
+        "old-running-kernel-gone": {"status": "running", "parent": {"pid": 999999998, "create_time": 1.0}, "tasks": []},
+        "old-running-kernel-alive": {"status": "running", "parent": mine, "tasks": []},  # still in use
+        "old-stopped-but-alive": {"status": "stopped", "tasks": [mine]},  # reap() decides, not prune
         "old-unreadable": None,
     }
     for age, (name, state) in enumerate(states.items()):
@@ -302,8 +332,9 @@ def test_prune_runs_removes_only_old_stopped_runs(tmp_path):
         os.utime(d, (1e9 - age, 1e9 - age))
     (tmp_path / "not-a-run").mkdir()
     removed = cl.prune_runs(1, tmp_path)
-    assert [os.path.basename(p) for p in removed] == ["old-stopped"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(states) - {"old-stopped"} | {"not-a-run"})
+    assert [os.path.basename(p) for p in removed] == ["old-stopped", "old-running-kernel-gone"]
+    kept = set(states) - {"old-stopped", "old-running-kernel-gone"} | {"not-a-run"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
     assert cl.prune_runs(10, tmp_path) == []
     with pytest.raises(ValueError, match="keep"):
         cl.prune_runs(-1, tmp_path)

@@ -1,0 +1,58 @@
+"""Start, watch and stop TensorFlow parameter-server clusters and MPI/Horovod jobs.
+
+Labs 2-6 launch several processes from a notebook; this package makes that one
+call and makes leaks impossible::
+
+    from lab_utils.cluster import TFCluster, MPIJob
+
+    with TFCluster(ps=1, workers=2, script="train_async.py", args={"steps": 300}) as cluster:
+        cluster.wait()                 # one status line; raises ClusterError on failure
+    with MPIJob(np=2, script="train_hvd.py", launcher="horovodrun", controller="gloo") as job:
+        job.wait()
+
+One module per job:
+
+- ``process``: one launched process (``Task``), the one kill-tree (``terminate``),
+  the one resource-fit rule (``tasks_that_fit``, ``check_fit``), ``ClusterError``
+- ``rundir``: run directories, ``state.json``, ``reap`` and ``prune_runs``
+- ``hosts``: how a command starts on a host (local, ssh), free ports
+- ``job``: the life cycle every job shares (start, wait, stop, logs, repr)
+- ``tf``: ``TFCluster`` and the task side (``task_config``, ``start_server``)
+- ``mpi``: ``MPIJob``, launcher command lines, per-rank logs
+
+Nothing here imports TensorFlow (only ``start_server`` does, inside the task),
+installs a signal handler in the kernel, uses a fixed port, or writes to the
+kernel's stderr.
+"""
+
+from lab_utils.cluster.mpi import MPIJob, split_rank_output
+from lab_utils.cluster.process import (
+    GUARD_MEMORY_BYTES,
+    TF_TASK_MEMORY_BYTES,
+    ClusterError,
+    ResourceError,
+    Task,
+    tasks_that_fit,
+)
+from lab_utils.cluster.rundir import KEEP_RUNS, prune_runs, reap, run_root
+from lab_utils.cluster.tf import BIND_FAILED_EXIT, TaskConfig, TFCluster, start_server, task_config
+
+__all__ = [
+    "TFCluster",
+    "MPIJob",
+    "ClusterError",
+    "ResourceError",
+    "Task",
+    "TaskConfig",
+    "task_config",
+    "start_server",
+    "reap",
+    "prune_runs",
+    "run_root",
+    "split_rank_output",
+    "tasks_that_fit",
+    "TF_TASK_MEMORY_BYTES",
+    "GUARD_MEMORY_BYTES",
+    "BIND_FAILED_EXIT",
+    "KEEP_RUNS",
+]

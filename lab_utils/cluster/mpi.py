@@ -1,0 +1,274 @@
+"""MPI and Horovod jobs: ``mpirun`` / ``horovodrun`` running ``np`` copies of a script.
+
+::
+
+    with MPIJob(np=2, script="train_hvd.py", launcher="horovodrun", controller="gloo") as job:
+        job.wait()
+        print(job.logs(1))              # rank 1's own output, untagged
+
+The launcher is one task whose children are the ranks; each rank writes its
+``lab_utils.report`` events to ``ranks/rank-<r>.jsonl``. As root the Open MPI
+run-as-root switches are added for you.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from lab_utils import config, report, resources
+from lab_utils.cluster import hosts as hostlib
+from lab_utils.cluster.job import Job
+from lab_utils.cluster.process import Task, check_fit
+
+_CONTROLLERS = ("mpi", "gloo")
+# mpirun --tag-output: "[job,rank]<stdout>:"; horovodrun: "[rank]<stdout>:" (capture: the rank).
+_RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>:")
+
+
+def split_rank_output(text: str) -> dict[int, str]:
+    """Each rank's own output, untagged, from a launcher log that interleaves ranks.
+
+    mpirun tags every *read* from a rank's pipe, not every line: ``print()`` under
+    ``python -u`` writes the text and the newline separately, so two ranks' pieces
+    can share one line (``[1,1]<stdout>:rank 1[1,0]<stdout>:rank 0``). Every line
+    of a piece is tagged, so a piece runs from its tag to its first newline or to
+    the next tag; anything else is the launcher's own (untagged) output."""
+    out: dict[int, list[str]] = {}
+    parts = _RANK_TAG.split(text)  # [untagged, rank, piece, rank, piece, ...]
+    for i in range(1, len(parts), 2):
+        piece = parts[i + 1]
+        cut = piece.find("\n")
+        out.setdefault(int(parts[i]), []).append(piece if cut < 0 else piece[: cut + 1])
+    return {r: "".join(pieces) for r, pieces in sorted(out.items())}
+
+
+class MPIJob(Job):
+    """``mpirun`` or ``horovodrun`` running ``np`` copies of a script.
+
+    ``controller``: ``"mpi"`` or ``"gloo"`` (horovodrun only; mpirun is MPI).
+    ``hosts``: a list like ``["n1:2", "n2:2"]`` or a hostfile path (``-H`` /
+    ``--hostfile``); local by default. As root the Open MPI run-as-root
+    switches are added; ``--oversubscribe`` when ``np`` exceeds usable cores.
+    Each rank's ``lab_utils.report`` events go to ``rank-<r>.jsonl``; the job
+    counts as started once the launcher runs; :meth:`wait` is what matters.
+    """
+
+    kind = "mpi"
+
+    def __init__(
+        self,
+        np: int = 2,
+        script: str | os.PathLike = "train_hvd.py",
+        args: Mapping[str, Any] | Sequence[str] | None = None,
+        *,
+        launcher: str = "horovodrun",
+        controller: str | None = None,
+        hosts: Sequence[str] | str | os.PathLike | None = None,
+        launcher_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        run_dir: str | os.PathLike | None = None,
+        ready_timeout: float = 60.0,
+        timeout: float | None = 900.0,
+        stream: bool = False,
+        progress: bool = True,
+        memory_per_rank: int | None = None,
+        check_resources: bool = True,
+        guard: bool = True,
+        grace: float = 3.0,
+        cwd: str | os.PathLike | None = None,
+        name: str | None = None,
+    ):
+        if isinstance(np, bool) or not isinstance(np, int) or np < 1:
+            raise ValueError(f"np must be an integer >= 1, got {np!r}")
+        if launcher not in hostlib.LAUNCHERS:
+            raise ValueError(f"unknown launcher {launcher!r}; allowed: {', '.join(hostlib.LAUNCHERS)}")
+        if controller is None:
+            controller = "mpi" if launcher == "mpirun" else "gloo"
+        if controller not in _CONTROLLERS:
+            raise ValueError(f"unknown controller {controller!r}; allowed: {', '.join(_CONTROLLERS)}")
+        if launcher == "mpirun" and controller != "mpi":
+            raise ValueError("launcher='mpirun' always uses the MPI controller; for Gloo use launcher='horovodrun', controller='gloo'")
+        exe = self._launcher_path(launcher)
+        if exe is None:
+            raise ValueError(f"launcher {launcher!r} not found next to {sys.executable} or on PATH")
+        hostfile = None
+        if hosts is not None and not isinstance(hosts, (list, tuple)):
+            hostfile = Path(hosts)
+            if not hostfile.is_file():
+                raise ValueError(f"hosts must be a list like ['n1:2', 'n2:2'] or an existing hostfile, got {hosts!r}")
+            hosts = None
+        if memory_per_rank is not None and memory_per_rank <= 0:
+            raise ValueError(f"memory_per_rank must be a positive number of bytes, got {memory_per_rank!r}")
+        super().__init__(script, args, env=env, run_dir=run_dir, ready_timeout=ready_timeout, timeout=timeout,
+                         stream=stream, guard=guard, grace=grace, cwd=cwd, name=name, progress=progress)
+        self.np, self.launcher, self.controller = np, launcher, controller
+        self.launcher_exe, self.hosts, self.hostfile = exe, list(hosts) if hosts else None, hostfile
+        self.launcher_args = list(launcher_args)
+        self.memory_per_rank = memory_per_rank
+        self.check_resources = check_resources
+        self._rank_pids: dict[str, int] | None = None
+        self._stream_partial: dict[int, str] = {}  # streaming: a rank's line still waiting for its end
+
+    @staticmethod
+    def _launcher_path(launcher: str) -> str | None:
+        local = Path(sys.executable).parent / launcher
+        if local.exists():
+            return str(local)
+        return shutil.which(launcher)
+
+    def _local_ranks(self) -> int:
+        if not self.hosts and not self.hostfile:
+            return self.np
+        if self.hosts:
+            n = 0
+            for h in self.hosts:
+                name, _, slots = str(h).partition(":")
+                if hostlib.is_local(name):
+                    n += int(slots or 1)
+            return min(n, self.np)
+        return 0  # hostfile: the ranks run where it says
+
+    def _check_resources(self) -> None:
+        local = self._local_ranks()
+        if not self.check_resources or local == 0:
+            return
+        # one launcher-side guard for the whole job: the ranks are counted without guards
+        check_fit(local, f"np={self.np}", self.memory_per_rank, guard=False,
+                  hint=lambda fit: f"try np={fit}")  # fmt: skip
+
+    def command(self) -> tuple[list[str], dict]:
+        """The launcher command line and the extra environment (used by start; shown for teaching)."""
+        cores = resources.usable_cores()
+        root = os.getuid() == 0
+        extra = {}
+        local = self._local_ranks()
+        if self.launcher == "mpirun":
+            cmd = [self.launcher_exe, "-np", str(self.np), "--tag-output"]
+            if root:
+                cmd.append("--allow-run-as-root")
+            if local > cores:
+                cmd.append("--oversubscribe")
+            if self.hosts:
+                cmd += ["-H", ",".join(self.hosts)]
+            elif self.hostfile:
+                cmd += ["--hostfile", str(self.hostfile)]
+            exported = (config.REPORT_DIR, config.RUN_DIR, config.JOB, "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL", "PYTHONPATH")
+            for var in (*exported, *self.extra_env):
+                cmd += ["-x", var]
+        else:
+            cmd = [self.launcher_exe, "-np", str(self.np), "--gloo" if self.controller == "gloo" else "--mpi"]
+            if self.hosts:
+                cmd += ["-H", ",".join(self.hosts)]
+            elif self.hostfile:
+                cmd += ["--hostfile", str(self.hostfile)]
+            else:
+                cmd += ["-H", f"localhost:{self.np}"]
+            if root:
+                extra.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            if local > cores and self.controller == "mpi":
+                extra["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+        if local > cores:
+            self._note(f"np={self.np} ranks on {cores} usable core(s): oversubscribed, ranks take turns on the CPU")
+        return [*cmd, *self.launcher_args, *self._python()], extra
+
+    def _start_and_wait_ready(self) -> None:
+        self.attempts = 1
+        self._rank_pids = None
+        self._stream_partial = {}
+        report_dir = self.run_dir / "ranks"
+        report_dir.mkdir(exist_ok=True)
+        self.tasks = [Task(self.launcher, self.run_dir / f"{self.launcher}.log")]
+        cmd, extra = self.command()
+        env = self._base_env()
+        env.update(extra)
+        env[config.REPORT_DIR] = str(report_dir)
+        env.pop(config.REPORT_FILE, None)
+        env.pop(config.TASK, None)
+        self._launch(self.tasks[0], cmd, env)
+        task = self.tasks[0]
+        if task.poll() is not None and task.exit_code != 0:
+            raise self._fail(task, f"exited with code {task.exit_code} at start")
+        task.state = "running"
+
+    def _main_tasks(self) -> list[Task]:
+        return self.tasks
+
+    def task_pids(self) -> dict[str, int]:
+        """``{"rank:<r>": pid}`` once every rank has written an event (its first event
+        carries its pid) and each of those pids is a process under this job's launcher;
+        until then ``{launcher: pid}`` (the launcher's whole tree: every rank and
+        mpirun itself). Remote ranks cannot be sampled from here: launcher only."""
+        launcher = self.tasks[0] if self.tasks else None
+        if launcher is None or not launcher.pid or launcher.exit_code is not None:
+            return {}
+        if self._rank_pids is None and not self.hosts and not self.hostfile:
+            self._rank_pids = self._find_rank_pids(launcher.pid)
+        return dict(self._rank_pids) if self._rank_pids else {launcher.name: launcher.pid}
+
+    def _find_rank_pids(self, launcher_pid: int) -> dict[str, int] | None:
+        found = {}
+        for name, path in self._event_files():
+            first = next(iter(report.iter_events(path)), None)
+            if first and isinstance(first.get("pid"), int):
+                found[name] = first["pid"]
+        if len(found) < self.np:
+            return None  # not every rank has reported yet: ask again at the next sample
+        try:
+            under = {p.pid for p in psutil.Process(launcher_pid).children(recursive=True)}
+        except psutil.Error:
+            return None  # the launcher is ending: the job is over, nothing to split
+        # Pids not under the launcher: reused or remote ranks; sample the launcher's tree instead.
+        return found if set(found.values()) <= under else {}
+
+    def _check(self) -> tuple[Task | None, bool]:
+        t = self.tasks[0]
+        t.poll()
+        if t.state == "failed":
+            return t, False
+        return None, t.exit_code == 0
+
+    def _event_files(self) -> list[tuple[str, Path]]:
+        if self.run_dir is None:
+            return []
+        files = sorted((self.run_dir / "ranks").glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
+        return [(f"rank:{p.stem.split('-')[1]}", p) for p in files]
+
+    def stream_lines(self, task: Task, line: str) -> list[str]:
+        """``[rank:r] text`` per rank line. A launcher line can end one rank's line and hold
+        the start of another's (see :func:`split_rank_output`): a rank's line is printed
+        once the piece that ends it arrives, whichever launcher line brings it."""
+        parts = _RANK_TAG.split(line)
+        out = [f"[{task.name}] {parts[0]}"] if parts[0].strip() else []
+        for i in range(1, len(parts), 2):
+            rank = int(parts[i])
+            text = self._stream_partial.pop(rank, "") + parts[i + 1]
+            if i + 2 < len(parts):  # another piece follows on this line: no newline yet
+                self._stream_partial[rank] = text
+            else:
+                out.append(f"[rank:{rank}] {text}")
+        return out
+
+    def logs(self, rank: int | None = None, tail: int | None = None) -> str:
+        """The launcher's log (every rank's output, tagged ``[1,r]<stdout>:`` by mpirun,
+        ``[r]<stdout>:`` by horovodrun); ``logs(1)``: rank 1's own output, untagged
+        (see :func:`split_rank_output`)."""
+        path = self.tasks[0].log_path if self.tasks else None
+        if path is None:
+            return ""
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        if rank is not None:
+            text = split_rank_output(text).get(rank, "")
+        if tail is not None:
+            text = "\n".join(text.splitlines()[-tail:])
+        return text

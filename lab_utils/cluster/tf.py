@@ -1,0 +1,314 @@
+"""TensorFlow parameter-server clusters: the task side (TF_CONFIG, the server) and ``TFCluster``.
+
+Task scripts (``train_*.py``) start their server with one call::
+
+    from lab_utils.cluster import start_server, task_config
+    server = start_server()            # reads TF_CONFIG, reports "ready"
+    cfg = task_config()                # cfg.cluster, cfg.job, cfg.index
+    if cfg.job == "ps":
+        server.join()
+
+The notebook side::
+
+    with TFCluster(ps=1, workers=2, script="train_async.py", args={"steps": 300}) as cluster:
+        cluster.wait()                 # one status line; raises ClusterError on failure
+        cluster.results()              # {"worker:0": {...}, "worker:1": {...}}
+        print(cluster.logs("worker", 1))
+
+Only :func:`start_server` imports TensorFlow, inside the task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from lab_utils import config, report, resources
+from lab_utils.cluster import hosts
+from lab_utils.cluster.job import Job, pause
+from lab_utils.cluster.process import Task, check_fit, terminate
+from lab_utils.cluster.process import tail as log_tail
+
+#: Exit code :func:`start_server` uses when the gRPC server cannot bind its port.
+BIND_FAILED_EXIT = 75
+_BIND_ERRORS = ("Could not start gRPC server", "Address already in use", "Failed to add port")
+
+
+class TaskConfig(NamedTuple):
+    """What TF_CONFIG says about this task."""
+
+    cluster: dict  # {"ps": ["localhost:40001"], "worker": [...]}
+    job: str  # "ps" or "worker" (or "chief")
+    index: int
+
+    @property
+    def task(self) -> str:
+        return f"{self.job}:{self.index}"
+
+    @property
+    def address(self) -> str:
+        return self.cluster[self.job][self.index]
+
+    @property
+    def is_chief(self) -> bool:
+        return self.job == "chief" or (self.job == "worker" and self.index == 0 and "chief" not in self.cluster)
+
+
+def task_config(env: Mapping[str, str] | None = None) -> TaskConfig:
+    """Parse ``TF_CONFIG`` (set by :class:`TFCluster`) into ``(cluster, job, index)``."""
+    env = os.environ if env is None else env
+    raw = env.get("TF_CONFIG")
+    if not raw:
+        raise RuntimeError(
+            "TF_CONFIG is not set: start this script with lab_utils.cluster.TFCluster "
+            "(or set TF_CONFIG by hand to run one task)"
+        )
+    cfg = json.loads(raw)
+    try:
+        cluster, job, index = cfg["cluster"], cfg["task"]["type"], int(cfg["task"]["index"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RuntimeError(f"TF_CONFIG has no cluster/task type/task index: {raw!r}") from exc
+    if job not in cluster or not 0 <= index < len(cluster[job]):
+        raise RuntimeError(f"TF_CONFIG task {job}:{index} is not in its cluster {cluster}")
+    return TaskConfig(cluster, job, index)
+
+
+def start_server(config: TaskConfig | None = None, *, protocol: str = "grpc", session_config=None, ready: bool = True):
+    """Create this task's ``tf.distribute.Server`` from TF_CONFIG and report ``ready``.
+
+    ``session_config``: an optional ``tf.compat.v1.ConfigProto`` (e.g. with
+    ``device_filters``, see Lab 3's synchronous PS). If the port cannot be
+    bound, a ``bind_failed`` event is written and the task exits with code
+    75, so the launcher restarts the whole cluster on fresh ports."""
+    import tensorflow as tf  # lazy: only task processes pay for it
+
+    cfg = task_config() if config is None else config
+    try:
+        server = tf.distribute.Server(
+            tf.train.ClusterSpec(cfg.cluster),
+            job_name=cfg.job,
+            task_index=cfg.index,
+            protocol=protocol,
+            config=session_config,
+            start=True,
+        )
+    except (tf.errors.UnknownError, tf.errors.UnavailableError, tf.errors.InternalError) as exc:
+        report.event("bind_failed", address=cfg.address, error=str(exc).strip()[:500])
+        print(f"lab_utils.cluster: {cfg.task} could not bind {cfg.address}: {exc}", flush=True)
+        raise SystemExit(BIND_FAILED_EXIT) from exc
+    if ready:
+        report.ready(address=cfg.address, port=int(cfg.address.rsplit(":", 1)[1]), target=server.target)
+    return server
+
+
+def _count(label: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{label} must be an integer >= 0, got {value!r}")
+    return value
+
+
+class TFCluster(Job):
+    """A TensorFlow parameter-server cluster: ``ps`` PS tasks + ``workers`` workers.
+
+    Each task runs ``python script <args>`` with ``TF_CONFIG`` (ports picked
+    free by the parent), ``LABS_TASK``, ``LABS_REPORT_FILE``, ``LABS_RUN_DIR``.
+    A task is ready when it reports ``ready`` (:func:`start_server` does).
+    :meth:`wait` returns when every worker exited 0; PS tasks (which
+    ``server.join()`` forever) are then stopped: the normal end.
+
+    ``hosts``: one host per task, PS first then workers (e.g. ``["n1", "n2",
+    "n2"]``); remote tasks are started with ``ssh -tt`` (see
+    :func:`lab_utils.cluster.hosts.ssh_command`). Remote ports cannot be probed
+    from here: they are drawn at random and a failed bind restarts the cluster.
+    Local by default.
+    """
+
+    kind = "tf"
+
+    def __init__(
+        self,
+        ps: int = 1,
+        workers: int = 2,
+        script: str | os.PathLike = "train_async.py",
+        args: Mapping[str, Any] | Sequence[str] | None = None,
+        *,
+        hosts: Sequence[str] | None = None,
+        ssh: Sequence[str] | str = ("ssh", "-o", "BatchMode=yes"),
+        env: Mapping[str, str] | None = None,
+        run_dir: str | os.PathLike | None = None,
+        ready_timeout: float = 120.0,
+        timeout: float | None = 900.0,
+        stream: bool = False,
+        progress: bool = True,
+        memory_per_task: int | None = None,
+        check_resources: bool = True,
+        start_retries: int = 3,
+        guard: bool = True,
+        grace: float = 3.0,
+        cwd: str | os.PathLike | None = None,
+        name: str | None = None,
+    ):
+        ps, workers = _count("ps", ps), _count("workers", workers)
+        if workers == 0:
+            raise ValueError(f"workers must be at least 1 (got ps={ps}, workers=0): a cluster without workers trains nothing")
+        if ps == 0:
+            raise ValueError(
+                f"ps must be at least 1 for a parameter-server cluster (got ps=0, workers={workers}); "
+                "for data-parallel training without a PS use MPIJob"
+            )
+        if isinstance(start_retries, bool) or not isinstance(start_retries, int) or start_retries < 1:
+            raise ValueError(f"start_retries must be an integer >= 1, got {start_retries!r}")
+        n = ps + workers
+        if hosts is not None:
+            if isinstance(hosts, str):
+                raise ValueError(f"hosts must be a list with one host per task ({n}), got the string {hosts!r}")
+            hosts = list(hosts)
+            if len(hosts) != n:
+                raise ValueError(f"hosts needs one entry per task (ps first, then workers): {n} expected, got {len(hosts)}")
+        if memory_per_task is not None and memory_per_task <= 0:
+            raise ValueError(f"memory_per_task must be a positive number of bytes, got {memory_per_task!r}")
+        super().__init__(script, args, env=env, run_dir=run_dir, ready_timeout=ready_timeout, timeout=timeout,
+                         stream=stream, guard=guard, grace=grace, cwd=cwd, name=name, progress=progress)  # fmt: skip
+        self.ps, self.workers = ps, workers
+        self.hosts = hosts or [None] * n
+        self.ssh = shlex.split(ssh) if isinstance(ssh, str) else list(ssh)
+        self.memory_per_task = memory_per_task
+        self.check_resources = check_resources
+        self.start_retries = start_retries
+
+    # -- resources
+    def _check_resources(self) -> None:
+        local = sum(1 for h in self.hosts if hosts.is_local(h))
+        if not self.check_resources or local == 0:
+            return
+        check_fit(local, f"{self.ps} PS + {self.workers} workers", self.memory_per_task, guard=self.use_guard,
+                  hint=lambda fit: f"try workers={fit - self.ps}" if fit > self.ps else None)  # fmt: skip
+        cores = resources.usable_cores()
+        if local > cores:
+            self._note(f"{local} tasks share {cores} usable core(s): they take turns on the CPU, "
+                       "so timings are slower than on one machine per task")  # fmt: skip
+
+    # -- spec
+    def task_names(self) -> list[str]:
+        return [f"ps:{i}" for i in range(self.ps)] + [f"worker:{i}" for i in range(self.workers)]
+
+    def cluster_spec(self) -> dict:
+        """The ClusterSpec dict handed to tasks (after start: with the real ports)."""
+        spec: dict[str, list[str]] = {"ps": [], "worker": []}
+        for t in self.tasks:
+            spec[t.role].append(f"{t.host or 'localhost'}:{t.port}")
+        return spec
+
+    def plan(self, attempt: int = 1) -> list[Task]:
+        """Lay out the tasks (names, hosts, free ports, log and events files) without
+        starting anything; :meth:`start` calls it for each attempt."""
+        if self.run_dir is None:
+            raise RuntimeError("plan() needs a run directory: call start(), or set run_dir first")
+        sub = self.run_dir / f"attempt-{attempt}" if attempt > 1 else self.run_dir
+        self.tasks = []
+        for name, host, port in zip(self.task_names(), self.hosts, hosts.free_ports(self.hosts), strict=True):
+            stem = name.replace(":", "-")
+            self.tasks.append(Task(name, sub / f"{stem}.log", sub / f"{stem}.jsonl", host=host, port=port))
+        return self.tasks
+
+    def _task_env(self, task: Task, base: dict, spec: dict) -> dict:
+        env = dict(base)
+        env["TF_CONFIG"] = json.dumps({"cluster": spec, "task": {"type": task.role, "index": int(task.name.split(":")[1])}})
+        env[config.TASK] = task.name
+        env[config.REPORT_FILE] = str(task.events_path)
+        env.pop(config.REPORT_DIR, None)
+        return env
+
+    def task_command(self, task: Task, env: dict) -> list[str]:
+        """The command line that starts one task: python locally, ssh for a remote host."""
+        cmd = self._python()
+        if hosts.is_local(task.host):
+            return cmd
+        keep = ("TF_CONFIG", config.TASK, config.REPORT_FILE, config.RUN_DIR, config.JOB, "PYTHONUNBUFFERED",
+                "TF_CPP_MIN_LOG_LEVEL", "PYTHONPATH", *self.extra_env)  # fmt: skip
+        return hosts.ssh_command(self.ssh, task.host, self.cwd, cmd, env, keep)
+
+    def _start_and_wait_ready(self) -> None:
+        for attempt in range(1, self.start_retries + 1):
+            self.attempts = attempt
+            self.plan(attempt)
+            spec, base = self.cluster_spec(), self._base_env()
+            for t in self.tasks:
+                env = self._task_env(t, base, spec)
+                self._launch(t, self.task_command(t, env), env)
+            bad = self._wait_ready()
+            if bad is None:
+                return
+            if not (self._bind_failed(bad) and attempt < self.start_retries):
+                raise self._fail(bad, f"exited with code {bad.exit_code} before it was ready")
+            self._note(f"{bad.name} could not bind port {bad.port}; restarting the cluster on fresh ports "
+                       f"(attempt {attempt + 1} of {self.start_retries})")  # fmt: skip
+            outcome = terminate([t for t in self.tasks if t.running()], self.grace + 1.0)
+            if outcome.interrupted:
+                raise KeyboardInterrupt
+
+    @staticmethod
+    def _bind_failed(task: Task) -> bool:
+        if task.exit_code == BIND_FAILED_EXIT or task.events("bind_failed"):
+            return True
+        return any(marker in log_tail(task.log_path, 60) for marker in _BIND_ERRORS)
+
+    def _wait_ready(self) -> Task | None:
+        """Poll events files and process states until every task reported ready.
+        Returns a task that exited first, or None when all are ready."""
+        deadline = time.monotonic() + self.ready_timeout
+        pending = list(self.tasks)
+        while pending:
+            for t in list(pending):
+                if t.events("ready"):
+                    t.state = "ready"
+                    pending.remove(t)
+                elif t.poll() is not None:
+                    return t
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                raise self._fail(pending[0], f"did not report ready within {self.ready_timeout:g} s "
+                                 "(does the script call lab_utils.cluster.start_server()?)")  # fmt: skip
+            pause()
+        self._save_state()
+        return None
+
+    def _main_tasks(self) -> list[Task]:
+        return [t for t in self.tasks if t.role == "worker"]
+
+    def _check(self) -> tuple[Task | None, bool]:
+        for t in self.tasks:
+            t.poll()
+        for t in self.tasks:
+            if t.exit_code is not None and t.state == "failed":
+                return t, False
+            if t.role == "ps" and t.exit_code is not None and t.state != "stopped":
+                return t, False  # a PS that ends by itself (even with 0) leaves workers hanging
+        return None, all(t.exit_code == 0 for t in self._main_tasks())
+
+    def _event_files(self) -> list[tuple[str, Path]]:
+        return [(t.name, t.events_path) for t in self.tasks]
+
+    def task(self, role: str, index: int | None = 0) -> Task:
+        """The task ``role:index``, e.g. ``task("worker", 1)`` or ``task("ps:0", None)``."""
+        name = role if index is None and ":" in role else f"{role}:{index or 0}"
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise ValueError(f"no task {name!r}; tasks are {[t.name for t in self.tasks]}")
+
+    def logs(self, role: str = "worker", index: int | None = 0, tail: int | None = None) -> str:
+        """Log (stdout + stderr) of one task, e.g. ``logs("worker", 1)`` or ``logs("ps:0")``."""
+        task = self.task(role, index)
+        if tail is not None:
+            return log_tail(task.log_path, tail)
+        try:
+            return task.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""

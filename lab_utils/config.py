@@ -1,0 +1,81 @@
+"""Every ``LABS_*`` environment variable, declared and read in one place.
+
+Modules never call ``os.environ.get("LABS_...")`` themselves: they call the
+accessor here, so a variable's name, meaning and default are written once.
+Each accessor takes an optional ``env`` mapping (tests pass a dict) and falls
+back to ``os.environ``. The variables the launcher *sets* for its tasks
+(``LABS_TASK``, ``LABS_REPORT_FILE``, ``LABS_REPORT_DIR``, ``LABS_RUN_DIR``) are
+named by the constants below, so setter and reader cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import NamedTuple
+
+
+class Var(NamedTuple):
+    name: str
+    default: str | None
+    doc: str
+
+
+VARIABLES = {
+    v.name: v
+    for v in (
+        Var("LABS_OFFLINE", None, "1: load_mnist() uses the offline sample, never the network"),
+        Var("LABS_DATA_DIR", None, "a folder holding mnist.npz: used before any download"),
+        Var("LABS_DOWNLOAD_TIMEOUT", "10", "seconds load_mnist() waits for the download"),
+        Var("LABS_RUN_ROOT", None, "where cluster run directories go (default ~/.lab_runs)"),
+        Var("LABS_RUN_DIR", None, "set by the launcher: this task's run directory"),
+        Var("LABS_TASK", None, "set by the launcher: this task's name, e.g. worker:1"),
+        Var("LABS_REPORT_FILE", None, "set by the launcher: this task's events file"),
+        Var("LABS_REPORT_DIR", None, "set by the launcher for MPI jobs: one rank-<r>.jsonl per rank"),
+        Var("LABS_JOB", None, "set by the launcher: the job a process belongs to (finds strays after an interrupt)"),
+        Var("LABS_RESULTS_FILE", None, "set by run_labs: where a notebook's record() goes"),
+        Var("LABS_HEADLESS", None, "1: nobody watches (static figures), 0: a person does (live widgets)"),
+    )
+}
+
+RUN_DIR, TASK, REPORT_FILE, REPORT_DIR, JOB = "LABS_RUN_DIR", "LABS_TASK", "LABS_REPORT_FILE", "LABS_REPORT_DIR", "LABS_JOB"
+RESULTS_FILE, HEADLESS = "LABS_RESULTS_FILE", "LABS_HEADLESS"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def get(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The variable's value (stripped), its declared default when unset or empty."""
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not a lab_utils variable; known: {', '.join(VARIABLES)}")
+    env = os.environ if env is None else env
+    value = (env.get(name) or "").strip()
+    return value or VARIABLES[name].default
+
+
+def flag(name: str, env: Mapping[str, str] | None = None) -> bool | None:
+    """True / False for a yes/no variable, None when it is unset."""
+    value = get(name, env)
+    if value is None:
+        return None
+    low = value.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"{name}={value!r}: use 1 or 0 (also true/false, yes/no, on/off)")
+
+
+def number(name: str, env: Mapping[str, str] | None = None) -> float | None:
+    value = get(name, env)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: expected a number") from None
+
+
+def describe(env: Mapping[str, str] | None = None) -> str:
+    """One line per variable: name, value (or default) and meaning. For `doctor` and the README."""
+    return "\n".join(f"{v.name:<22} {get(v.name, env) or '-':<12} {v.doc}" for v in VARIABLES.values())
