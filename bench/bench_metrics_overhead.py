@@ -58,7 +58,7 @@ def measure(tasks_or_cluster, interval: float, seconds: float) -> dict:
 
 @contextlib.contextmanager
 def stand_in(seconds: float):
-    busy = "import time\nend = time.monotonic() + %f\nwhile time.monotonic() < end: pass\n" % seconds
+    busy = f"import time\nend = time.monotonic() + {seconds:f}\nwhile time.monotonic() < end: pass\n"
     procs = [subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)]
     procs += [subprocess.Popen([sys.executable, "-c", busy]) for _ in range(2)]
     try:

@@ -11,8 +11,9 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from lab_utils import metrics
-from lab_utils.metrics import METRICS, Monitor, Sampler
+from lab_utils import display, metrics
+from lab_utils.metrics import METRICS, Monitor, Sampler, netns_counters
+from lab_utils.plots import png_bytes
 
 CpuTimes = namedtuple("CpuTimes", "user system")
 CoreTimes = namedtuple("CoreTimes", "user nice system idle iowait irq softirq steal guest guest_nice")
@@ -434,7 +435,7 @@ def test_buffer_is_bounded_but_peaks_cover_the_whole_run():
     for i in range(50):
         w.rss = 10_000 if i == 3 else 100
         advance(mono, wall, 1)
-        mon._record(*s.sample())
+        mon.record(*s.sample())
     df = mon.frame()
     assert df["time"].nunique() == 5 and mon.dropped == 45
     assert list(df.columns) == ["time", "role", "task", "metric", "value"]
@@ -462,7 +463,7 @@ def test_summary_has_the_seeds_columns_with_host_level_network(tmp_path):
         ps.procs[20].cpu += 0.5
         ps.procs[30].cpu += 0.8
         ps.nics = {"lo": Nic(1000 * i, 3000 * i)}
-        mon._record(*s.sample())
+        mon.record(*s.sample())
         advance(mono, wall, 1)
     mon.stop_time = wall.t
     _write_events(tmp_path / "worker-0.jsonl", "worker:0",
@@ -492,7 +493,7 @@ def test_summary_uses_per_task_bytes_when_tasks_report_them(tmp_path):
     for pid in (20, 30):
         ps.add(pid, create=1.0)
     mon.start_time = wall.t
-    mon._record(*s.sample())
+    mon.record(*s.sample())
     for i, task in enumerate(("worker:0", "worker:1")):
         _write_events(tmp_path / f"w{i}.jsonl", task,
                       [{"time": 1000.0 + t, "step": t, "examples": 10 * t, "bytes_sent": 100 * t * (i + 1),
@@ -511,7 +512,7 @@ def test_csv_export_roundtrip_and_plot(tmp_path):
     for _ in range(3):
         advance(mono, wall, 1)
         ps.procs[20].cpu += 0.3
-        mon._record(*s.sample())
+        mon.record(*s.sample())
     back = pd.read_csv(mon.to_csv(tmp_path / "m.csv"))
     assert len(back) == len(mon.frame()) > 0
     assert set(back["metric"]) >= {"cpu_percent", "rss", "net_recv", "mem_used"}
@@ -519,7 +520,7 @@ def test_csv_export_roundtrip_and_plot(tmp_path):
                   [{"time": wall.t - 2 + t, "step": t, "examples": 8 * t, "accuracy": 0.1 * t} for t in range(3)])
     fig = mon.plot(events=tmp_path)
     assert len(fig.axes) == 5  # 4 panels + accuracy twin axis
-    assert metrics._png(fig).startswith(b"\x89PNG")
+    assert png_bytes(fig).startswith(b"\x89PNG")
 
 
 def test_events_frame_joins_on_time_with_roles(tmp_path):
@@ -585,15 +586,16 @@ def test_cluster_object_task_pids_or_tasks_list():
     ({}, True),  # plain Python (pytest): no kernel with a frontend
 ])
 def test_headless_detection(env, expected):
-    assert metrics.is_headless(env) is expected
+    assert display.is_headless(env) is expected
 
 
 def test_live_when_headless_never_builds_a_widget(monkeypatch, capsys):
     s, *_ = make({})
     mon = Monitor(interval=1.0, sampler=s)
+    assert mon.view is None
     with mon:
         assert mon.live(every=1.0, headless=True) is None
-    assert mon._live is None and mon._static_at_stop
+    assert mon.view == "static"  # one static figure at stop, no widget
     with pytest.raises(ValueError, match="every"):
         mon.live(every=0.01)
     assert capsys.readouterr().err == ""
@@ -609,6 +611,16 @@ def test_terminal_mode_prints_dstat_columns(capsys):
         metrics.main(["--interval", "0"])
     with pytest.raises(SystemExit):
         metrics.main(["--task", "boss:0=1"])
+
+
+def test_python_dash_m_runs_the_terminal_view_without_stderr():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "lab_utils.metrics", "--interval", "0.1", "--count", "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stderr == ""  # no runpy "found in sys.modules" warning
+    assert len(out.stdout.splitlines()) == 3
 
 
 class _Anc:
@@ -635,7 +647,7 @@ class _Anc:
     ([], True),
 ])
 def test_kernel_launcher_decides_headless(chain, expected):
-    assert metrics._launched_headless(_Anc(*chain)) is expected
+    assert display.launched_headless(_Anc(*chain)) is expected
 
 
 def test_per_task_bytes_from_a_tasks_own_network_namespace():
@@ -644,12 +656,12 @@ def test_per_task_bytes_from_a_tasks_own_network_namespace():
         ps.add(pid, create=1.0)
     ps.netns[20] = {"eth0": (1000, 500)}
     ps.netns[30] = {"eth0": (0, 0)}
-    mon._record(*s.sample())
+    mon.record(*s.sample())
     advance(mono, wall, 2)
     ps.netns[20] = {"eth0": (5000, 2500), "veth1": (1000, 0)}
     ps.netns[30] = {"eth0": (10, 20)}
     _, rows = s.sample()
-    mon._record(wall.t, rows)
+    mon.record(wall.t, rows)
     assert values(rows, "worker:0", "task_net_recv") == [2500.0]
     assert values(rows, "worker:0", "task_net_sent") == [1000.0]
     df = mon.summary(events=[])
@@ -661,7 +673,7 @@ def test_per_task_bytes_from_a_tasks_own_network_namespace():
 def test_netns_reader_says_none_in_the_shared_namespace(tmp_path):
     import os
 
-    assert metrics._netns_counters(os.getpid()) is None  # same namespace as ours: host-level, not per task
+    assert netns_counters(os.getpid()) is None  # same namespace as ours: host-level, not per task
     proc = tmp_path / "proc"
     (proc / "7" / "ns").mkdir(parents=True)
     (proc / "7" / "net").mkdir()
@@ -672,5 +684,5 @@ def test_netns_reader_says_none_in_the_shared_namespace(tmp_path):
         "Inter-|   Receive\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n"
         "    lo: 999 1 0 0 0 0 0 0 999 1 0 0 0 0 0 0\n"
         "  eth0: 1234 5 0 0 0 0 0 0 5678 6 0 0 0 0 0 0\n")
-    assert metrics._netns_counters(7, str(proc)) == {"eth0": (1234, 5678)}
-    assert metrics._netns_counters(8, str(proc)) is None
+    assert netns_counters(7, str(proc)) == {"eth0": (1234, 5678)}
+    assert netns_counters(8, str(proc)) is None
