@@ -3,7 +3,8 @@
     python bench/bench_ps_modes.py [--workers 1,2] [--batch-sizes 60] [--epochs 5] [--repeats 1]
 
 Each configuration is 1 PS + W workers running the reference scripts
-(``lab_utils/scripts/train_async.py`` / ``train_sync.py``) on the same data for
+(``train_async.py`` / ``train_sync.py`` from the instructor notebooks, extracted by
+``lab_utils.grading.reference_script``) on the same data for
 the same number of passes (async: ``epochs`` epochs shared by the workers; sync:
 the same number of examples, i.e. ``epochs * steps_per_epoch / W`` global steps
 of W gradients each). Reported per run: wall time of the cluster, the slowest
@@ -22,11 +23,11 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from lab_utils.cluster import TFCluster
+from lab_utils.grading import reference_script
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "lab_utils" / "scripts"
+LABS = {"async": "02_ps_async", "sync": "03_ps_sync"}
 
 
 def _ints(text: str) -> list[int]:
@@ -46,7 +47,7 @@ def one_run(mode: str, workers: int, batch: int, epochs: float, n_train: int) ->
     else:  # the same number of examples: each global step averages one batch per worker
         args["steps"] = max(1, math.ceil(epochs * math.ceil(n_train / batch) / workers))
     t0 = time.monotonic()
-    with TFCluster(ps=1, workers=workers, script=SCRIPTS / f"train_{mode}.py", args=args,
+    with TFCluster(ps=1, workers=workers, script=reference_script(LABS[mode], f"train_{mode}.py"), args=args,
                    progress=False, timeout=600) as cluster:
         results = cluster.wait()
     wall = time.monotonic() - t0

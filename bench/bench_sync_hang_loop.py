@@ -21,11 +21,9 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from lab_utils.cluster import ClusterError, TFCluster
-
-SCRIPT = Path(__file__).resolve().parents[1] / "lab_utils" / "scripts" / "train_sync.py"
+from lab_utils.grading import reference_script
 
 
 def one_run(args) -> dict:
@@ -37,7 +35,8 @@ def one_run(args) -> dict:
     replicas = args.replicas_to_aggregate or args.workers
     t0 = time.monotonic()
     row = {"hung": False, "failed": False, "wrong": False}
-    c = TFCluster(ps=1, workers=args.workers, script=SCRIPT, args=cluster_args, timeout=args.bound, progress=False)
+    script = reference_script("03_ps_sync", "train_sync.py")
+    c = TFCluster(ps=1, workers=args.workers, script=script, args=cluster_args, timeout=args.bound, progress=False)
     try:
         with c:
             results = c.wait()

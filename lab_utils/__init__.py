@@ -10,6 +10,8 @@ Small modules, one job each (import what you need; nothing here imports TensorFl
 - ``metrics``: dstat-like CPU, memory, network and GPU samples per role
 - ``models``: graph-mode model and loss builders shared by labs 1-3
 - ``plots``: figures shared by the labs
+- ``training``: lab-specific training code, one module per technique (``training.ps``,
+  ``training.ps_runs``: parameter-server training, Labs 2-3)
 - ``grading``: helpers used by nbgrader tests (clamped partial credit, ratios)
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"resources", "doctor", "data", "cluster", "report", "metrics", "plots", "grading", "run_labs", "models", "ps_training"}
+_SUBMODULES = {"resources", "doctor", "data", "cluster", "report", "metrics", "plots", "grading", "run_labs", "models", "training"}
 
 
 def __getattr__(name):

@@ -6,18 +6,24 @@ which always draws the logged scalars with matplotlib (read from the event
 files) and, in an interactive session, also opens live TensorBoard through the
 ``%tensorboard`` magic. Headless runs (papermill via ``make run``, nbgrader,
 ``LABS_HEADLESS=1``) get only the static figure, so nothing waits for a server.
+
+Introduced in Lab 2: :func:`plot_metrics`, the figure behind
+``lab_utils.metrics.Monitor.plot()`` (throughput, CPU, memory and network of a
+cluster's tasks on one time axis), and :func:`png_bytes` for the live view.
 """
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
-
-from lab_utils.metrics import is_headless  # one definition of "nobody can see a widget here"
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["batch_size_sweep", "learning_curve", "read_scalars", "plot_scalars", "show_tensorboard", "is_headless"]
+from lab_utils.display import is_headless  # one definition of "nobody can see a widget here"
+
+__all__ = ["batch_size_sweep", "learning_curve", "read_scalars", "plot_scalars", "show_tensorboard", "is_headless",
+           "accuracy_curves", "plot_metrics", "png_bytes"]
 
 
 def _plt():
@@ -41,7 +47,7 @@ def batch_size_sweep(table: pd.DataFrame, target_accuracy: float | None = None):
     reached = t["time_to_accuracy_s"].notna()
     b.bar([str(v) for v in t["batch_size"]], t["time_to_accuracy_s"].fillna(0.0),
           color=["C0" if r else "0.8" for r in reached])
-    for i, (ok, v) in enumerate(zip(reached, t["time_to_accuracy_s"])):
+    for i, (ok, v) in enumerate(zip(reached, t["time_to_accuracy_s"], strict=True)):
         b.annotate(f"{v:.1f} s" if ok else "not reached", (i, v if ok else 0.0),
                    ha="center", va="bottom", fontsize=8)
     b.set_xlabel("batch size")
@@ -101,7 +107,7 @@ def plot_scalars(scalars: pd.DataFrame, max_points: int = 2000):
         ax.axis("off")
         return fig
     fig, axes = plt.subplots(1, len(tags), figsize=(4.5 * len(tags), 3.4), squeeze=False)
-    for ax, tag in zip(axes[0], tags):
+    for ax, tag in zip(axes[0], tags, strict=True):
         for run, part in scalars[scalars["tag"] == tag].groupby("run"):
             part = part.sort_values("step")
             if len(part) > max_points:  # thin long runs evenly
@@ -127,3 +133,126 @@ def show_tensorboard(logdir: str | os.PathLike, live: bool | None = None):
         shell.run_line_magic("load_ext", "tensorboard")
         shell.run_line_magic("tensorboard", f"--logdir {Path(logdir)}")
     return fig
+
+
+def accuracy_curves(curves, x: str = "global_step", title: str | None = None):
+    """Test accuracy against ``global_step`` or ``time`` (s since launch), one line
+    per curve. ``curves``: label -> frame, or ``(label, frame)`` pairs; each frame
+    has columns ``time``, ``global_step`` and ``accuracy`` (Labs 2-3: ``PSRun.accuracy_curve()``)."""
+    if x not in ("global_step", "time"):
+        raise ValueError(f"x must be 'global_step' or 'time', got {x!r}")
+    pairs = list(curves.items()) if hasattr(curves, "items") else list(curves)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for label, c in pairs:
+        ax.plot(c[x], c["accuracy"], marker=".", label=label)
+    ax.set_xlabel("global step" if x == "global_step" else "seconds since launch")
+    ax.set_ylabel("test accuracy")
+    finite = [v for _, c in pairs for v in c["accuracy"] if not np.isnan(v)]
+    if finite:
+        ax.set_ylim(max(0.0, min(finite) - 0.05), min(1.0, max(finite) + 0.02))
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- metrics (Lab 2)
+
+
+def _metrics_t0(frame, steps) -> float:
+    times = [s for s in (frame["time"].min() if len(frame) else None,
+                         steps["time"].min() if steps is not None and len(steps) else None) if s is not None]
+    return min(times) if times else 0.0
+
+
+def _throughput_panel(ax, steps, t0: float) -> None:
+    """Examples/s per task from step events, with accuracy on a twin axis when reported."""
+    if steps is not None and len(steps) and "examples" in steps:
+        acc_ax = None
+        for task, g in steps.groupby("task", sort=True):
+            g = g.sort_values("time")
+            dt, dex = g["time"].diff(), g["examples"].diff()
+            ok = dt > 0
+            ax.plot(g["time"][ok] - t0, (dex[ok] / dt[ok]), label=task)
+            if "accuracy" in g and g["accuracy"].notna().any():
+                acc_ax = acc_ax or ax.twinx()
+                acc_ax.plot(g["time"] - t0, g["accuracy"], linestyle="--", alpha=0.6, label=f"{task} acc")
+        if acc_ax is not None:
+            acc_ax.set_ylabel("accuracy (--)")
+        ax.legend(loc="upper left", fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no step events", ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel("examples/s")
+
+
+def _task_panels(axes, frame, t0: float) -> None:
+    """CPU % and RSS of each task's process tree."""
+    task_rows = frame[~frame["role"].isin(("host", "gpu"))] if len(frame) else frame
+    for ax, metric, scale, label in ((axes[0], "cpu_percent", 1.0, "CPU % of one core"),
+                                     (axes[1], "rss", 1 / 2**20, "RSS (MiB)")):
+        sub = task_rows[task_rows["metric"] == metric] if len(task_rows) else task_rows
+        for task, g in sub.groupby("task", sort=True):
+            ax.plot(g["time"] - t0, g["value"] * scale, label=task)
+        ax.set_ylabel(label)
+        if len(sub):
+            ax.legend(loc="upper left", fontsize="small")
+
+
+def _network_panel(ax, frame, steps, t0: float) -> None:
+    """Per-task bytes when they really are per task (own network namespace, or
+    reported by the tasks), else host-level bytes per interface, labelled as such."""
+    netns = frame[frame["metric"].isin(("task_net_recv", "task_net_sent"))] if len(frame) else frame
+    per_task = steps is not None and len(steps) and "bytes_sent" in steps and steps["bytes_sent"].notna().any()
+    if len(netns):
+        for (task, metric), g in netns.groupby(["task", "metric"], sort=True):
+            ax.plot(g["time"] - t0, g["value"] / 2**20, label=f"{task} {metric[9:]}")
+        ax.set_ylabel("MiB/s per task\n(own network namespace)")
+    elif per_task:
+        for task, g in steps.dropna(subset=["bytes_sent"]).groupby("task", sort=True):
+            dt = g["time"].diff()
+            ok = dt > 0
+            ax.plot(g["time"][ok] - t0, (g["bytes_sent"].diff()[ok] / dt[ok]) / 2**20, label=f"{task} sent")
+        ax.set_ylabel("MiB/s per task\n(reported by tasks)")
+    elif len(frame):
+        net = frame[frame["metric"].isin(("net_recv", "net_sent"))]
+        for (nic, metric), g in net.groupby(["task", "metric"], sort=True):
+            if g["value"].max() > 0:
+                ax.plot(g["time"] - t0, g["value"] / 2**20, label=f"{nic} {metric[4:]}")
+        ax.set_ylabel("MiB/s, host-level\n(all tasks together)")
+    if ax.lines:
+        ax.legend(loc="upper left", fontsize="small")
+
+
+def plot_metrics(frame, steps=None, *, title: str | None = None, t0: float | None = None):
+    """One figure, one time axis: throughput (+ accuracy), CPU, memory, network.
+
+    ``frame``: tidy samples (``Monitor.frame()``: time, role, task, metric, value);
+    ``steps``: step events (``lab_utils.metrics.events_frame``); ``t0``: epoch
+    seconds shown as 0 (default: the first sample or event). Built without pyplot
+    (safe from a thread); a notebook displays the returned Figure."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 8.5), layout="constrained")
+    axes = fig.subplots(4, 1, sharex=True)
+    if t0 is None:
+        t0 = _metrics_t0(frame, steps)
+    _throughput_panel(axes[0], steps, t0)
+    _task_panels(axes[1:3], frame, t0)
+    _network_panel(axes[3], frame, steps, t0)
+    axes[-1].set_xlabel("seconds")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def png_bytes(fig, dpi: int = 80) -> bytes:
+    """A matplotlib Figure as PNG bytes (for an ``ipywidgets.Image`` or ``IPython.display.Image``)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()

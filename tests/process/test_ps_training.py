@@ -1,5 +1,8 @@
 """Process tests for Labs 2-3: the reference training scripts on a real 1 PS + 2 worker cluster.
 
+The scripts are the instructor notebooks' solutions, extracted by
+``lab_utils.grading.reference_script``; they call ``lab_utils.training.ps``.
+
 Each TensorFlow cluster costs about 15 s on 2 cores (three TF imports), so the
 module runs four small clusters (~1 minute) and one bad-input run that stops
 before TensorFlow is imported. Data: the offline MNIST sample (conftest sets
@@ -9,19 +12,16 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 import pytest
 
 from lab_utils import report
 from lab_utils.cluster import ClusterError, TFCluster
 from lab_utils.data import load_mnist
+from lab_utils.grading import reference_script
 
 pytestmark = pytest.mark.process
 
-ROOT = Path(__file__).resolve().parents[2]
-ASYNC = ROOT / "lab_utils" / "scripts" / "train_async.py"
-SYNC = ROOT / "lab_utils" / "scripts" / "train_sync.py"
 RUN_BOUND = 120.0  # seconds: a run that takes longer than this counts as hung
 
 
@@ -30,7 +30,13 @@ def run_root(tmp_path, monkeypatch):
     monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
 
 
-def run(script: Path, args: dict, workers: int = 2):
+@pytest.fixture(scope="module")
+def scripts():
+    return {"async": reference_script("02_ps_async", "train_async.py"),
+            "sync": reference_script("03_ps_sync", "train_sync.py")}
+
+
+def run(script, args: dict, workers: int = 2):
     """Run a cluster to the end; return (results, step events per worker, cluster, seconds)."""
     t0 = time.monotonic()
     with TFCluster(ps=1, workers=workers, script=script, args=args, timeout=RUN_BOUND, progress=False) as c:
@@ -44,8 +50,8 @@ def run(script: Path, args: dict, workers: int = 2):
     return results, steps, c, seconds
 
 
-def test_async_reaches_accuracy_and_reports_throughput():
-    results, steps, _, _ = run(ASYNC, {"steps": 200, "batch_size": 50, "eval_every": 50})
+def test_async_reaches_accuracy_and_reports_throughput(scripts):
+    results, steps, _, _ = run(scripts["async"], {"steps": 200, "batch_size": 50, "eval_every": 50})
     assert set(results) == {"worker:0", "worker:1"}
     for name, r in results.items():
         assert r["mode"] == "async"
@@ -67,9 +73,9 @@ def test_async_reaches_accuracy_and_reports_throughput():
     assert len(evals) >= 3 and evals[-1]["step"] >= 150
 
 
-def test_async_straggler_does_not_stop_the_others_and_is_stale():
-    results, steps, _, _ = run(ASYNC, {"steps": 300, "batch_size": 50, "eval_every": 0,
-                                       "straggler": "worker:1=30ms"})
+def test_async_straggler_does_not_stop_the_others_and_is_stale(scripts):
+    results, steps, _, _ = run(scripts["async"], {"steps": 300, "batch_size": 50, "eval_every": 0,
+                                                  "straggler": "worker:1=30ms"})
     fast, slow = results["worker:0"], results["worker:1"]
     assert slow["straggler_delay"] == pytest.approx(0.03) and fast["straggler_delay"] == 0
     # asynchronous: the fast worker keeps going and does most of the steps ...
@@ -99,34 +105,34 @@ def check_sync(results, target, replicas, workers=2):
     assert sum(r["local_steps"] for r in results.values()) >= chief["gradients_applied"]
 
 
-def test_sync_global_step_and_gradients_per_step_exact():
-    results, steps, _, seconds = run(SYNC, {"steps": 100, "batch_size": 50, "eval_every": 25})
+def test_sync_global_step_and_gradients_per_step_exact(scripts):
+    results, steps, _, seconds = run(scripts["sync"], {"steps": 100, "batch_size": 50, "eval_every": 25})
     check_sync(results, 100, 2)
     assert all(r["local_steps"] == 100 for r in results.values())  # R = N: one gradient per worker per step
     assert results["worker:0"]["accuracy"] >= 0.80
     assert seconds < RUN_BOUND
 
 
-def test_sync_backup_worker_with_straggler():
-    results, _, _, _ = run(SYNC, {"steps": 60, "batch_size": 50, "replicas_to_aggregate": 1,
-                                  "straggler": "worker:1=30ms"})
+def test_sync_backup_worker_with_straggler(scripts):
+    results, _, _, _ = run(scripts["sync"], {"steps": 60, "batch_size": 50, "replicas_to_aggregate": 1,
+                                             "straggler": "worker:1=30ms"})
     check_sync(results, 60, 1)
     assert results["worker:1"]["straggler_delay"] == pytest.approx(0.03)
     # the straggler contributes fewer steps than the fast worker when only 1 of 2 gradients is needed
     assert results["worker:1"]["local_steps"] < results["worker:0"]["local_steps"]
 
 
-def test_sync_epochs_mean_steps_per_epoch_global_steps():
+def test_sync_epochs_mean_steps_per_epoch_global_steps(scripts):
     # 1 epoch = ceil(n_train / batch) global steps (the CS 744 convention); 10 on the offline sample
     n_train = len(load_mnist(verbose=False).y_train)
     target = math.ceil(n_train / 400)
-    results, _, _, _ = run(SYNC, {"epochs": 1, "batch_size": 400})
+    results, _, _, _ = run(scripts["sync"], {"epochs": 1, "batch_size": 400})
     check_sync(results, target, 2)
     assert results["worker:0"]["target_global_steps"] == target
 
 
-def test_bad_input_fails_clearly_before_tensorflow():
+def test_bad_input_fails_clearly_before_tensorflow(scripts):
     with pytest.raises(ClusterError) as info:
-        run(SYNC, {"steps": 10, "replicas_to_aggregate": 3})
+        run(scripts["sync"], {"steps": 10, "replicas_to_aggregate": 3})
     assert info.value.exit_code == 2
     assert "replicas_to_aggregate=3 is more than the 2 worker(s)" in info.value.log_tail

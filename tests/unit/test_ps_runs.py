@@ -1,4 +1,4 @@
-"""lab_utils.ps_report without processes: worker fitting, tables from synthetic results."""
+"""lab_utils.training.ps_runs without processes: worker fitting, tables and figures from synthetic results."""
 from __future__ import annotations
 
 import math
@@ -6,37 +6,37 @@ import math
 import pandas as pd
 import pytest
 
-from lab_utils import ps_report
 from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError
+from lab_utils.training import ps_runs
 
 PER_TASK = TF_TASK_MEMORY_BYTES + GUARD_MEMORY_BYTES
 
 
 def test_fit_workers_keeps_what_fits(capsys):
-    assert ps_report.fit_workers(4, available=20 * PER_TASK, cores=2) == 4
+    assert ps_runs.fit_workers(4, available=20 * PER_TASK, cores=2) == 4
     assert capsys.readouterr().out == ""
 
 
 def test_fit_workers_scales_down_on_memory_with_a_message(capsys):
-    assert ps_report.fit_workers(4, available=3 * PER_TASK + 1, cores=8) == 2  # 1 PS + 2 workers
+    assert ps_runs.fit_workers(4, available=3 * PER_TASK + 1, cores=8) == 2  # 1 PS + 2 workers
     out = capsys.readouterr().out
     assert "4 workers do not fit" in out and "using 2" in out and "memory" in out
 
 
 def test_fit_workers_scales_down_on_cores(capsys):
-    assert ps_report.fit_workers(4, available=100 * PER_TASK, cores=1) == 2
+    assert ps_runs.fit_workers(4, available=100 * PER_TASK, cores=1) == 2
     assert "cores: 1 usable" in capsys.readouterr().out
 
 
 def test_fit_workers_refuses_when_nothing_fits():
     with pytest.raises(ResourceError, match="not even 1 PS \\+ 1 worker fits"):
-        ps_report.fit_workers(2, available=PER_TASK, cores=2)
+        ps_runs.fit_workers(2, available=PER_TASK, cores=2)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
 def test_fit_workers_bad_input(bad):
     with pytest.raises(ValueError, match="requested workers"):
-        ps_report.fit_workers(bad, available=100 * PER_TASK, cores=2)
+        ps_runs.fit_workers(bad, available=100 * PER_TASK, cores=2)
 
 
 def _result(index, mode="async", **kw):
@@ -58,7 +58,7 @@ def _run(mode="async", label=None, batch=60, events=None):
             {"time": 101.5, "task": "worker:1", "step": 11, "examples": 600},
             {"time": 102.0, "task": "worker:0", "step": 50, "examples": 1200, "accuracy": 0.8},
         ])
-    return ps_report.PSRun(label=label or f"{mode} {batch}", results=results, events=events, wall_time=7.5, started=100.0)
+    return ps_runs.PSRun(label=label or f"{mode} {batch}", results=results, events=events, wall_time=7.5, started=100.0)
 
 
 def test_psrun_scalars_come_from_the_chief():
@@ -97,10 +97,10 @@ def test_dstat_table_needs_a_monitor():
 
 def test_compare_and_exec_time_table():
     runs = [_run("async", batch=120), _run("sync", batch=10)]
-    c = ps_report.compare(runs)
+    c = ps_runs.compare(runs)
     assert list(c["mode"]) == ["async", "sync"]
     assert list(c["exec time spread (s)"]) == [1.0, 1.0]
-    t = ps_report.exec_time_table(runs)
+    t = ps_runs.exec_time_table(runs)
     assert list(t.columns) == ["Batch Size", "Execution Time (seconds)"]
     assert list(t["Batch Size"]) == [10, 120] and list(t["Execution Time (seconds)"]) == [6.0, 6.0]
 
@@ -109,12 +109,21 @@ def test_plot_accuracy(monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
-    fig = ps_report.plot_accuracy([_run(), _run("sync")], x="time")
+    fig = ps_runs.plot_accuracy([_run(), _run("sync")], x="time")
     assert len(fig.axes[0].lines) == 2 and fig.axes[0].get_title() == ""
-    assert ps_report.plot_accuracy([_run()], title="Table 3 runs").axes[0].get_title() == "Table 3 runs"
+    assert ps_runs.plot_accuracy([_run()], title="Table 3 runs").axes[0].get_title() == "Table 3 runs"
     with pytest.raises(ValueError, match="global_step"):
-        ps_report.plot_accuracy([_run()], x="epoch")
+        ps_runs.plot_accuracy([_run()], x="epoch")
     assert not math.isnan(_run().accuracy)
+
+
+def test_plot_accuracy_draws_every_run_and_frames_the_accuracies():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = ps_runs.plot_accuracy([_run(label="same"), _run("sync", label="same")]).axes[0]
+    assert len(ax.lines) == 2  # one line per run, even when two runs share a label
+    assert ax.get_xlabel() == "global step" and ax.get_ylim() == pytest.approx((0.45, 0.92))
 
 
 class _FakeMonitor:
@@ -146,5 +155,28 @@ def test_dstat_table_units_and_rates():
 def test_dstat_compare_takes_the_total_row_of_each_run():
     a, s = _run("async", label="A"), _run("sync", label="S")
     a.monitor, s.monitor = _FakeMonitor(1), _FakeMonitor(2)
-    c = ps_report.dstat_compare([a, s])
+    c = ps_runs.dstat_compare([a, s])
     assert list(c.index) == ["A", "S"] and list(c["Max CPU (%)"]) == [100.0, 200.0]
+
+
+def _sweep_run(batch, exec_times, train_times):
+    results = {f"worker:{i}": {"mode": "sync", "batch_size": batch, "exec_time": e, "train_time": t,
+                               "accuracy": 0.9, "final_global_step": 10, "examples": 600}
+               for i, (e, t) in enumerate(zip(exec_times, train_times, strict=True))}
+    return ps_runs.PSRun(label=f"b{batch}", results=results, events=pd.DataFrame(), wall_time=1.0, started=0.0)
+
+
+def test_sweep_table_adds_the_slowest_loop_time_per_batch_size():
+    runs = [_sweep_run(120, [1.5, 0.9], [0.83, 0.841]), _sweep_run(10, [1.63, 1.1], [0.94, 0.952])]  # unsorted
+    t = ps_runs.sweep_table(runs)
+    assert list(t.columns) == ["Batch Size", "Execution Time (seconds)", ps_runs.LOOP_COLUMN]
+    assert list(t["Batch Size"]) == [10, 120]
+    assert list(t["Execution Time (seconds)"]) == [1.63, 1.5]
+    assert list(t[ps_runs.LOOP_COLUMN]) == [0.95, 0.84]
+
+
+def test_sweep_table_bad_input():
+    with pytest.raises(ValueError, match="at least one run"):
+        ps_runs.sweep_table([])
+    with pytest.raises(ValueError, match="one run per batch size"):
+        ps_runs.sweep_table([_sweep_run(10, [1.0], [0.5]), _sweep_run(10, [1.0], [0.5])])

@@ -1,18 +1,16 @@
-"""Unit tests for lab_utils.ps_training and the Lab 2-3 scripts' argument checks (no TensorFlow)."""
+"""Unit tests for lab_utils.training.ps and the Lab 2-3 scripts' argument checks (no TensorFlow)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from lab_utils import ps_training as pst
+from lab_utils.training import ps as pst
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = {"async": ROOT / "lab_utils" / "scripts" / "train_async.py",
-           "sync": ROOT / "lab_utils" / "scripts" / "train_sync.py"}
+SCRIPTS = {"async": ("02_ps_async", "train_async.py"), "sync": ("03_ps_sync", "train_sync.py")}
 
 
 def tf_config(workers=2, job="worker", index=0):
@@ -21,7 +19,7 @@ def tf_config(workers=2, job="worker", index=0):
 
 
 def test_import_does_not_import_tensorflow():
-    code = "import sys, lab_utils.ps_training; print('tensorflow' in sys.modules)"
+    code = "import sys, lab_utils.training.ps; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -124,16 +122,19 @@ def test_parse_args_without_tf_config_exits_2(capsys):
     ("async", ["--learning-rate", "-1"], "learning_rate must be a number > 0"),
 ])
 def test_scripts_reject_bad_input_before_tensorflow(mode, argv, message):
-    """The real script, run as __main__: exit code 2, the message on stderr, TensorFlow never imported."""
+    """The reference script, run as __main__: exit code 2, the message on stderr, TensorFlow never imported."""
+    from lab_utils.grading import reference_script  # extracts it from the instructor notebook
+
+    script = str(reference_script(*SCRIPTS[mode]))
     code = (
         "import runpy, sys\n"
-        f"sys.argv = [{str(SCRIPTS[mode])!r}] + {argv!r}\n"
+        f"sys.argv = [{script!r}] + {argv!r}\n"
         "try:\n"
-        f"    runpy.run_path({str(SCRIPTS[mode])!r}, run_name='__main__')\n"
+        f"    runpy.run_path({script!r}, run_name='__main__')\n"
         "except SystemExit as exc:\n"
         "    print('exit', exc.code, 'tensorflow' in sys.modules)\n"
     )
-    env = dict(__import__("os").environ, **tf_config(2, "ps", 0))
+    env = dict(os.environ, **tf_config(2, "ps", 0))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.strip() == "exit 2 False", (out.stdout, out.stderr)
     assert message in out.stderr

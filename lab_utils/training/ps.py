@@ -1,9 +1,20 @@
-"""Between-graph parameter-server training on TensorFlow's own runtime (Labs 2 and 3).
+"""Between-graph parameter-server training on TensorFlow's own runtime (Labs 2 and 3): the task side.
 
-Reference implementation used by ``lab_utils/scripts/train_async.py``,
-``lab_utils/scripts/train_sync.py`` (the reference scripts; students write their own
-from the lab notebooks) and the hidden tests. Importing this module
-does not import TensorFlow; only the functions that build or run graphs do.
+Every task of a Lab 2 or 3 cluster runs the same script (``train_async.py`` or
+``train_sync.py``, which students complete in the lab notebook)::
+
+    settings, task = ps.parse_args("sync", argv)     # bad input: exit 2, before TensorFlow
+    if task.job == "ps":
+        ps.serve(task)                               # hold the variables until stopped
+    else:
+        ps.train_worker(task, settings, build=build_graph)
+
+``build_graph(task, settings) -> PSGraph`` is the student's part: the graph that
+makes this parameter-server training. Everything else (settings, the start
+barrier, the session, the shutdown protocol below) is here; the shard, step loop,
+timing and result dict are :mod:`lab_utils.training.loop`'s, shared with the
+other techniques. Importing this module does not import TensorFlow; only the
+functions that build or run graphs do.
 
 How a run is laid out
 ---------------------
@@ -126,20 +137,21 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from lab_utils import report
+from lab_utils.training import loop
 
 __all__ = [
     "MODES",
     "STOP_GRACE_PERIOD_SECS",
     "READY_POLL_SECS",
     "SESSION_WAIT_SECS",
+    "STEP_TIMEOUT_SECS",
     "Settings",
     "PSGraph",
     "GradientCounter",
@@ -149,12 +161,10 @@ __all__ = [
     "check_settings",
     "steps_per_epoch",
     "target_global_steps",
-    "read_task_config",
     "session_config",
-    "build_graph",
+    "session_creator",
     "straggle",
     "start_barrier",
-    "run_task",
     "serve",
     "train_worker",
 ]
@@ -313,13 +323,6 @@ def target_global_steps(settings: Settings, n_train: int) -> int:
     return max(1, math.ceil(settings.epochs * steps_per_epoch(n_train, settings.batch_size)))
 
 
-def read_task_config(env: Mapping[str, str] | None = None):
-    """This task's ``(cluster, job, index)`` from ``TF_CONFIG`` (see ``lab_utils.cluster.task_config``)."""
-    from lab_utils.cluster import task_config
-
-    return task_config(env)
-
-
 def make_parser(mode: str, description: str | None = None) -> argparse.ArgumentParser:
     """The command line shared by ``train_async.py`` and ``train_sync.py``."""
     if mode not in MODES:
@@ -346,11 +349,14 @@ def make_parser(mode: str, description: str | None = None) -> argparse.ArgumentP
 
 def parse_args(mode: str, argv=None, description: str | None = None, env: Mapping[str, str] | None = None):
     """Parse and validate; on bad input print a clear message and exit 2 (argparse's
-    convention) before TensorFlow is imported. Returns ``(Settings, TaskConfig)``."""
+    convention) before TensorFlow is imported. Returns ``(Settings, TaskConfig)``;
+    the task comes from ``TF_CONFIG`` in ``env`` (default ``os.environ``)."""
+    from lab_utils.cluster import task_config
+
     parser = make_parser(mode, description)
     args = parser.parse_args(argv)
     try:
-        task = read_task_config(env)
+        task = task_config(env)
     except RuntimeError as exc:
         parser.error(str(exc))
     if args.epochs is None and args.steps is None:
@@ -380,7 +386,7 @@ class PSGraph:
     train_op: Any
     global_step: Any
     hooks: list = field(default_factory=list)  # e.g. the SyncReplicasOptimizer hook
-    counter: "GradientCounter | None" = None
+    counter: GradientCounter | None = None
 
 
 class GradientCounter:
@@ -480,35 +486,6 @@ class GradientCounter:
         }
 
 
-def build_graph(task, settings: Settings) -> PSGraph:
-    """Reference graph: logistic regression on MNIST, variables on the PS, async
-    ``GradientDescentOptimizer`` or ``SyncReplicasOptimizer`` (mode from settings)."""
-    import tensorflow as tf
-
-    from lab_utils import models
-
-    v1 = tf.compat.v1
-    with v1.device(v1.train.replica_device_setter(worker_device=f"/job:worker/task:{task.index}",
-                                                  cluster=task.cluster)):
-        global_step = v1.train.get_or_create_global_step()
-        x = v1.placeholder(tf.float32, [None, 784], name="x")
-        y = v1.placeholder(tf.int64, [None], name="y")
-        logits = models.logistic_regression(x)
-        loss = models.cross_entropy(logits, y)
-        accuracy = models.accuracy(logits, y)
-        opt = v1.train.GradientDescentOptimizer(settings.learning_rate)
-        if settings.mode == "async":
-            train_op = opt.minimize(loss, global_step=global_step)
-            return PSGraph(x, y, loss, accuracy, train_op, global_step)
-        counter = GradientCounter(task.index, settings.num_workers)
-        opt = v1.train.SyncReplicasOptimizer(counter.wrap(opt), replicas_to_aggregate=settings.replicas,
-                                             total_num_replicas=settings.num_workers)
-        grads = opt.compute_gradients(loss) + [counter.gradient()]
-        train_op = opt.apply_gradients(grads, global_step=global_step)
-        hook = opt.make_session_run_hook(is_chief=task.is_chief, num_tokens=0)
-    return PSGraph(x, y, loss, accuracy, train_op, global_step, [hook], counter)
-
-
 def session_config(task):
     """``ConfigProto`` for a worker: talk only to the PS and to itself (``device_filters``)."""
     import tensorflow as tf
@@ -523,16 +500,6 @@ def straggle(seconds: float) -> None:
     """Simulated slowness: the straggler knob. The one deliberate sleep in the labs."""
     if seconds > 0:
         time.sleep(seconds)
-
-
-def _batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int):
-    """Endless shuffled batches over one worker's shard (reshuffled every pass)."""
-    rng = np.random.RandomState(seed)
-    while True:
-        order = rng.permutation(len(y))
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            idx = order[start:start + batch_size]
-            yield x[idx], y[idx]
 
 
 def start_barrier(task_index: int, num_workers: int):
@@ -561,7 +528,10 @@ def serve(task) -> None:
     server.join()
 
 
-def _session_creator(task, target: str, config):
+def session_creator(task, target: str, config):
+    """The chief's session creator (it initialises the model), or a worker's that
+    polls for the initialised model every :data:`READY_POLL_SECS` (TF: 30 s), up
+    to :data:`SESSION_WAIT_SECS`."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
@@ -588,159 +558,135 @@ def _session_creator(task, target: str, config):
     return WorkerSessionCreator(master=target, config=config, max_wait_secs=SESSION_WAIT_SECS)
 
 
-def train_worker(task, settings: Settings, data=None, build: Callable | None = None) -> dict:
-    """One worker's whole run: data, server, graph, session, loop, report. Returns the result dict."""
-    t_start = time.time()
-    if data is None:
-        from lab_utils.data import load_mnist
+def _step_after(g: PSGraph, mode: str):
+    """What a train step fetches: the global step the worker stops on."""
+    if mode == "sync":
+        # SyncReplicasOptimizer's train op evaluates to the token this worker got: the
+        # global step of the update that released it. Stopping on the token (not on a
+        # fresh read of global_step) means a worker only stops once the final update
+        # has handed out its tokens, so no other worker is left waiting for one.
+        return g.train_op
+    import tensorflow as tf
 
-        data = load_mnist()
-    from lab_utils.data import shard
+    with tf.control_dependencies([g.train_op]):
+        return tf.identity(g.global_step.read_value())  # the global step after my update
 
-    x_train, y_train = shard((data.x_train, data.y_train), settings.num_workers, task.index)
-    if settings.batch_size > len(y_train):
-        raise ValueError(f"batch_size={settings.batch_size} is larger than this worker's shard "
-                         f"({len(y_train)} examples of {len(data.y_train)} over {settings.num_workers} workers)")
-    target = target_global_steps(settings, len(data.y_train))
-    delay = settings.straggler.get(task.task, 0.0)
 
+def _meet_at_barrier(sess, barrier, task) -> None:
+    """Everybody starts training together (start-up skew is not a straggler)."""
+    if barrier is None:
+        return
+    import tensorflow as tf
+
+    arrive, wait = barrier
+    sess.run(arrive)
+    try:
+        sess.run(wait, options=tf.compat.v1.RunOptions(timeout_in_ms=int(SESSION_WAIT_SECS * 1000)))
+    except tf.errors.DeadlineExceededError as exc:
+        raise RuntimeError(f"{task.task}: the other workers did not reach the start barrier within "
+                           f"{SESSION_WAIT_SECS:g} s (did one of them fail? see its log)") from exc
+
+
+def _train_step(sess, g: PSGraph, fetch, task, settings: Settings, target: int) -> loop.StepFn:
+    """One train step under the ``step_timeout`` deadline; a blocked step or a closed
+    queue becomes a clear error instead of a hang or a silently shortened run."""
+    import tensorflow as tf
+
+    options = tf.compat.v1.RunOptions(timeout_in_ms=int(settings.step_timeout * 1000))
+
+    def step(xb, yb, at: loop.LoopStats):
+        try:
+            return sess.run([fetch, g.loss], feed_dict={g.x: xb, g.y: yb}, options=options)
+        except tf.errors.DeadlineExceededError as exc:
+            raise RuntimeError(
+                f"{task.task}: a train step blocked for more than {settings.step_timeout:g} s at local step "
+                f"{at.local_steps} (global step {at.step} of {target}); in sync mode this means no token came: "
+                "the chief's queue runner stopped or too few workers are pushing gradients") from exc
+        except tf.errors.OutOfRangeError as exc:
+            # MonitoredSession.__exit__ would swallow this and end the run early as if it had finished.
+            raise RuntimeError(
+                f"{task.task}: a queue on the PS was closed at local step {at.local_steps} (global step {at.step} of "
+                f"{target}); in sync mode the chief stopped and closed the token queue before this worker "
+                "got its last token") from exc
+
+    return step
+
+
+class _Staleness:
+    """Asynchronous mode: updates by other workers since my previous one, i.e. how
+    stale the parameters my gradient was computed on were (one step event field)."""
+
+    def __init__(self) -> None:
+        self.values: list[int] = []
+
+    def __call__(self, previous: int, stats: loop.LoopStats) -> dict:
+        if stats.local_steps < 2:
+            return {}
+        self.values.append(max(0, stats.step - previous - 1))
+        return {"staleness": self.values[-1]}
+
+    def summary(self) -> dict:
+        v = self.values
+        return {"staleness_mean": float(np.mean(v)) if v else None, "staleness_max": max(v) if v else None}
+
+
+def _result_fields(sess, g: PSGraph, task, settings: Settings, target: int, test_feed) -> tuple[dict, dict]:
+    """The PS fields of the result dict: before the loop's counts and after its timings."""
+    head = {
+        "mode": settings.mode,
+        "accuracy": float(sess.run(g.accuracy, feed_dict=test_feed)),
+        "final_global_step": int(sess.run(g.global_step)),
+        "target_global_steps": target,
+    }
+    tail = {
+        "batch_size": settings.batch_size,
+        "num_workers": settings.num_workers,
+        "straggler_delay": settings.straggler.get(task.task, 0.0),
+        "is_chief": task.is_chief,
+    }
+    if settings.mode == "sync":
+        tail["replicas_to_aggregate"] = settings.replicas
+        if g.counter is not None and task.is_chief:
+            tail.update(g.counter.read(sess))
+    return head, tail
+
+
+def train_worker(task, settings: Settings, *, build: Callable[[Any, Settings], PSGraph], data=None) -> dict:
+    """One worker's whole run: its shard, its server, the graph from ``build(task,
+    settings)``, the session, the start barrier, the step loop to the target global
+    step, the result. Returns the result dict (also reported with ``report.result``).
+    ``data``: the data set to shard (default :func:`lab_utils.data.load_mnist`)."""
     from lab_utils.cluster import start_server
     from lab_utils.models import import_tensorflow
 
+    clock = loop.Clock()
+    shard = loop.load_shard(settings.num_workers, task.index, settings.batch_size, data)
+    target = target_global_steps(settings, shard.n_train)
+    delay = settings.straggler.get(task.task, 0.0)
     tf = import_tensorflow()
     v1 = tf.compat.v1
     config = session_config(task)
     server = start_server(task, session_config=config)
-    graph = tf.Graph()
-    with graph.as_default():
+    with tf.Graph().as_default():
         v1.set_random_seed(settings.seed)
-        g = (build or build_graph)(task, settings)
-        if settings.mode == "sync":
-            # SyncReplicasOptimizer's train op evaluates to the token this worker got: the
-            # global step of the update that released it. Stopping on the token (not on a
-            # fresh read of global_step) means a worker only stops once the final update
-            # has handed out its tokens, so no other worker is left waiting for one.
-            step_after = g.train_op
-        else:
-            with tf.control_dependencies([g.train_op]):
-                step_after = tf.identity(g.global_step.read_value())  # the global step after my update
+        g = build(task, settings)
+        fetch = _step_after(g, settings.mode)
         barrier = start_barrier(task.index, settings.num_workers)
-        t_graph = time.time()
-        options = v1.RunOptions(timeout_in_ms=int(settings.step_timeout * 1000))
-        test_feed = {g.x: data.x_test, g.y: data.y_test}
-        batches = _batches(x_train, y_train, settings.batch_size, settings.seed * 1000 + task.index)
-        local_steps = examples = 0
-        eval_time = 0.0  # the chief's test evaluations during the loop: not training, kept out of train_time
-        staleness: list[int] = []
-        counts = {}
-        with v1.train.MonitoredSession(session_creator=_session_creator(task, server.target, config),
+        clock.mark("graph")
+        test_feed = {g.x: shard.data.x_test, g.y: shard.data.y_test}
+        staleness = _Staleness() if settings.mode == "async" else None
+        with v1.train.MonitoredSession(session_creator=session_creator(task, server.target, config),
                                        hooks=g.hooks, stop_grace_period_secs=STOP_GRACE_PERIOD_SECS) as sess:
-            t_session = time.time()
-            if barrier is not None:  # everybody starts training together (start-up skew is not a straggler)
-                arrive, wait = barrier
-                sess.run(arrive)
-                try:
-                    sess.run(wait, options=v1.RunOptions(timeout_in_ms=int(SESSION_WAIT_SECS * 1000)))
-                except tf.errors.DeadlineExceededError as exc:
-                    raise RuntimeError(f"{task.task}: the other workers did not reach the start barrier within "
-                                       f"{SESSION_WAIT_SECS:g} s (did one of them fail? see its log)") from exc
-            t_ready = time.time()
-            step = int(sess.run(g.global_step))
-            next_eval = (step // settings.eval_every + 1) * settings.eval_every if settings.eval_every else None
-            while step < target:
-                straggle(delay)
-                xb, yb = next(batches)
-                previous = step
-                try:
-                    step, loss = sess.run([step_after, g.loss], feed_dict={g.x: xb, g.y: yb}, options=options)
-                except tf.errors.DeadlineExceededError as exc:
-                    raise RuntimeError(
-                        f"{task.task}: a train step blocked for more than {settings.step_timeout:g} s at local step "
-                        f"{local_steps} (global step {step} of {target}); in sync mode this means no token came: "
-                        "the chief's queue runner stopped or too few workers are pushing gradients") from exc
-                except tf.errors.OutOfRangeError as exc:
-                    # MonitoredSession.__exit__ would swallow this and end the run early as if it had finished.
-                    raise RuntimeError(
-                        f"{task.task}: a queue on the PS was closed at local step {local_steps} (global step {step} of "
-                        f"{target}); in sync mode the chief stopped and closed the token queue before this worker "
-                        "got its last token") from exc
-                step = int(step)
-                local_steps += 1
-                examples += len(yb)
-                extra = {}
-                if settings.mode == "async" and local_steps > 1:
-                    # updates by other workers since my previous one: how stale my gradient's parameters were
-                    extra["staleness"] = max(0, step - previous - 1)
-                    staleness.append(extra["staleness"])
-                if task.is_chief and next_eval is not None and step >= next_eval:
-                    t_eval = time.time()
-                    extra["accuracy"] = float(sess.run(g.accuracy, feed_dict=test_feed))
-                    eval_time += time.time() - t_eval
-                    next_eval = (step // settings.eval_every + 1) * settings.eval_every
-                report.step(step, examples, local_step=local_steps, loss=float(loss), **extra)
-            t_trained = time.time()
-            accuracy = float(sess.run(g.accuracy, feed_dict=test_feed))
-            final_step = int(sess.run(g.global_step))
-            if g.counter is not None and task.is_chief:
-                counts = g.counter.read(sess)
-    t_end = time.time()
-    train_time = t_trained - t_ready - eval_time
-    result = {
-        "mode": settings.mode,
-        "accuracy": accuracy,
-        "final_global_step": final_step,
-        "target_global_steps": target,
-        "local_steps": local_steps,
-        "examples": examples,
-        "examples_per_sec": examples / train_time if train_time > 0 else None,
-        "exec_time": t_end - t_graph,  # graph built -> session closed (the CS 744 "execution time")
-        "train_time": train_time,  # the loop without the chief's evaluations
-        "eval_time": eval_time,
-        "startup_time": t_ready - t_start,  # process start -> training starts (import, data, session, barrier)
-        "barrier_wait": t_ready - t_session,
-        "batch_size": settings.batch_size,
-        "num_workers": settings.num_workers,
-        "straggler_delay": delay,
-        "is_chief": task.is_chief,
-    }
-    if settings.mode == "async":
-        result["staleness_mean"] = float(np.mean(staleness)) if staleness else None
-        result["staleness_max"] = max(staleness) if staleness else None
-    if settings.mode == "sync":
-        result["replicas_to_aggregate"] = settings.replicas
-        result.update(counts)
-    report.result(**result)
-    return result
-
-
-def run_task(
-    mode: str = "async",
-    batch_size: int = 60,
-    epochs: float | None = None,
-    steps: int | None = None,
-    learning_rate: float = 0.5,
-    replicas_to_aggregate: int | None = None,
-    straggler: str | Mapping[str, float] | None = None,
-    eval_every: int = 50,
-    seed: int = 0,
-    step_timeout: float = STEP_TIMEOUT_SECS,
-    data=None,
-    build: Callable | None = None,
-    task=None,
-) -> dict | None:
-    """Run this process's task of a PS cluster (reads ``TF_CONFIG`` unless ``task`` is given).
-
-    PS: serve until stopped (returns only if the server stops). Worker: train to
-    the target global step and return the result dict it also reported.
-    ``epochs`` defaults to 1 when ``steps`` is not given. ``build(task, settings)
-    -> PSGraph`` replaces :func:`build_graph` (the students' version)."""
-    task = read_task_config() if task is None else task
-    if epochs is None and steps is None:
-        epochs = 1.0
-    settings = check_settings(mode, batch_size, len(task.cluster.get("worker", [])), epochs=epochs, steps=steps,
-                              learning_rate=learning_rate, replicas_to_aggregate=replicas_to_aggregate,
-                              straggler=straggler, eval_every=eval_every, seed=seed, step_timeout=step_timeout)
-    if task.job == "ps":
-        serve(task)
-        return None
-    return train_worker(task, settings, data=data, build=build)
+            clock.mark("session")
+            _meet_at_barrier(sess, barrier, task)
+            stats = loop.run_steps(
+                _train_step(sess, g, fetch, task, settings, target),
+                shard.batches(settings.batch_size, settings.seed * 1000 + task.index), target,
+                clock=clock, global_step=lambda: sess.run(g.global_step),
+                evaluate=(lambda: sess.run(g.accuracy, feed_dict=test_feed)) if task.is_chief else None,
+                eval_every=settings.eval_every, before_step=lambda: straggle(delay), extra=staleness)
+            head, tail = _result_fields(sess, g, task, settings, target, test_feed)
+    clock.mark("end")
+    if staleness is not None:
+        tail.update(staleness.summary())
+    return loop.report_result(head, stats, clock, tail)

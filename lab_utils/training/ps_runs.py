@@ -3,42 +3,51 @@
 Labs 2 and 3 call :func:`run_ps` once per experiment; it launches ``1 PS + N
 workers`` with :class:`lab_utils.cluster.TFCluster`, samples every task with
 :class:`lab_utils.metrics.Monitor` while it runs, and returns a :class:`PSRun`
-holding what each worker reported (``lab_utils.ps_training`` result dicts and
-step events). The tables are in the form of the CS 744 report:
+holding what each worker reported (:func:`lab_utils.training.ps.train_worker`'s
+result dicts and step events). The tables are in the form of the CS 744 report:
 
 * :meth:`PSRun.workers_table`: execution time per node, local steps, examples/s;
-* :meth:`PSRun.accuracy_curve`: test accuracy against time and global step;
+* :meth:`PSRun.accuracy_curve`: test accuracy against time and global step
+  (:func:`plot_accuracy` draws several runs' curves);
 * :meth:`PSRun.dstat_table`: its Tables 1 and 2 (max/avg CPU, memory, total
-  read/write, average throughput) per role and in total;
+  read/write, average throughput) per role and in total; :func:`dstat_compare`
+  puts several runs side by side;
 * :func:`compare` and :func:`exec_time_table`: one row per run (async vs sync,
-  batch-size sweeps: its Tables 3 and 4).
+  batch-size sweeps: its Tables 3 and 4); :func:`sweep_table` (Lab 3, Part 3)
+  adds the slowest worker's training-loop time to Tables 3 and 4.
 
-Nothing here is needed to *understand* the training; it keeps the notebooks free
-of plumbing.
+Before a run, :func:`fit_workers` scales the worker count to what this machine
+allows; :func:`inspect_graph` builds a student's ``build_graph`` out of the kernel
+and says where everything was placed (the visible tests of Exercise 1). Nothing
+here is needed to *understand* the training; it keeps the notebooks free of
+plumbing.
 """
 from __future__ import annotations
 
-import argparse
 import html
 import json
-import math
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
-from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError, TFCluster
+from lab_utils import plots
+from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError, TFCluster, tasks_that_fit
 from lab_utils.resources import available_memory_bytes, usable_cores
 
-__all__ = ["fit_workers", "inspect_graph", "run_ps", "PSRun", "compare", "exec_time_table", "dstat_compare", "plot_accuracy"]
+__all__ = ["fit_workers", "inspect_graph", "run_ps", "PSRun", "compare", "exec_time_table", "dstat_compare",
+           "plot_accuracy", "sweep_table", "LOOP_COLUMN"]
 
 #: Most workers per usable core before the cluster is scaled down: beyond two, the
 #: tasks only take turns on the CPU and the run measures the scheduler, not the PS.
 WORKERS_PER_CORE = 2
+#: The column :func:`sweep_table` adds to the CS 744 Tables 3 and 4.
+LOOP_COLUMN = "Training Loop (seconds)"
 MB = 1024**2
 
 
@@ -47,7 +56,8 @@ def fit_workers(requested: int, ps: int = 1, *, memory_per_task: int | None = No
     """The largest worker count <= ``requested`` that this machine allows.
 
     Memory: ``ps + workers`` TensorFlow tasks must fit in the memory available
-    under this session's limit (cgroup / JupyterHub ``MEM_LIMIT``). Cores: at most
+    under this session's limit (cgroup / JupyterHub ``MEM_LIMIT``), as counted by
+    :func:`lab_utils.cluster.tasks_that_fit`. Cores: at most
     :data:`WORKERS_PER_CORE` workers per usable core. Prints one line when it
     scales down; raises :class:`ResourceError` when not even one worker fits."""
     if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
@@ -55,7 +65,7 @@ def fit_workers(requested: int, ps: int = 1, *, memory_per_task: int | None = No
     per_task = (TF_TASK_MEMORY_BYTES if memory_per_task is None else memory_per_task) + GUARD_MEMORY_BYTES
     avail = available_memory_bytes() if available is None else available
     cores = usable_cores() if cores is None else cores
-    by_memory = int(avail // per_task) - ps
+    by_memory = tasks_that_fit(memory_per_task, available=avail) - ps
     if by_memory < 1:
         raise ResourceError(
             f"not even 1 PS + 1 worker fits: {ps + 1} TensorFlow tasks need about {(ps + 1) * per_task / MB:,.0f} MB, "
@@ -73,12 +83,14 @@ def fit_workers(requested: int, ps: int = 1, *, memory_per_task: int | None = No
     return fit
 
 
+
+
 @dataclass
 class PSRun:
     """What one parameter-server run reported. Build it with :func:`run_ps`."""
 
     label: str
-    results: dict[str, dict]              # worker task -> its result dict (lab_utils.ps_training)
+    results: dict[str, dict]              # worker task -> its result dict (training.ps.train_worker)
     events: pd.DataFrame                  # step events of every worker
     wall_time: float                      # launch -> every task exited (s)
     started: float                        # time.time() at launch
@@ -151,7 +163,7 @@ class PSRun:
         if "accuracy" in ev.columns:
             part = ev.dropna(subset=["accuracy"])
             rows = [{"time": t - self.started, "global_step": s, "accuracy": a}
-                    for t, s, a in zip(part["time"], part["step"], part["accuracy"])]
+                    for t, s, a in zip(part["time"], part["step"], part["accuracy"], strict=True)]
         chief = self._chief()
         rows.append({"time": self.wall_time, "global_step": chief["final_global_step"], "accuracy": chief["accuracy"]})
         out = pd.DataFrame(rows, columns=cols)
@@ -207,11 +219,12 @@ def inspect_graph(script: str | os.PathLike, *, mode: str, workers: int = 2, ps:
     started, nothing connects) and describe where everything was placed.
 
     A subprocess keeps TensorFlow's graph state, memory and log messages out of the
-    notebook's kernel. Returns ``{"variables": [{name, device}], "ops": [{name,
-    type, device}], "loss_device", "global_step_device", "train_op_type",
+    notebook's kernel (see :mod:`lab_utils.training.inspect`). Returns
+    ``{"variables": [{name, device}], "ops": [{name, type, device, inputs}],
+    "loss_device", "global_step_device", "x": [dtype, shape], "y": [dtype, shape],
     "hooks": [{type, is_chief, num_tokens, replicas_to_aggregate, total_num_replicas}]}``.
     Raises RuntimeError with the end of the script's error output if it fails."""
-    cmd = [sys.executable, "-m", "lab_utils.ps_report", "inspect", str(script), "--mode", mode,
+    cmd = [sys.executable, "-m", "lab_utils.training.inspect", str(script), "--mode", mode,
            "--workers", str(workers), "--ps", str(ps), "--index", str(index), "--args", json.dumps(dict(args or {}))]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
     try:
@@ -222,58 +235,6 @@ def inspect_graph(script: str | os.PathLike, *, mode: str, workers: int = 2, ps:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise RuntimeError(f"building the graph of {script} for worker:{index} failed (exit {proc.returncode}):\n{tail}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _inspect_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab_utils.ps_report inspect")
-    p.add_argument("script")
-    p.add_argument("--mode", required=True)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--ps", type=int, default=1)
-    p.add_argument("--index", type=int, default=0)
-    p.add_argument("--args", default="{}")
-    a = p.parse_args(argv)
-    import importlib.util
-
-    from lab_utils import ps_training
-    from lab_utils.cluster import TaskConfig
-    from lab_utils.models import import_tensorflow
-
-    spec = importlib.util.spec_from_file_location("inspected_script", a.script)
-    if spec is None or not a.script.endswith(".py"):
-        sys.exit(f"{a.script}: not a Python script (expected a .py file with build_graph(task, settings))")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    extra = json.loads(a.args)
-    settings = ps_training.check_settings(a.mode, extra.pop("batch_size", 60), a.workers, **extra)
-    # Names only: no server is started and nothing connects to these addresses.
-    cluster = {"ps": [f"ps{i}.invalid:1" for i in range(a.ps)], "worker": [f"worker{i}.invalid:1" for i in range(a.workers)]}
-    task = TaskConfig(cluster, "worker", a.index)
-    tf = import_tensorflow()
-    with tf.Graph().as_default() as graph:
-        g = module.build_graph(task, settings)
-        out = {
-            "variables": [{"name": v.op.name, "device": v.device} for v in tf.compat.v1.global_variables()],
-            "ops": [{"name": op.name, "type": op.type, "device": op.device,
-                     "inputs": [i.op.name for i in op.inputs]} for op in graph.get_operations()],
-            "loss_device": g.loss.device,
-            "global_step_device": g.global_step.device,
-            "x": [g.x.dtype.name, g.x.shape.as_list()],
-            "y": [g.y.dtype.name, g.y.shape.as_list()],
-            "hooks": [],
-        }
-        for hook in g.hooks or []:
-            opt = getattr(hook, "_sync_optimizer", None)
-            out["hooks"].append({
-                "type": type(hook).__name__,
-                "is_chief": getattr(hook, "_is_chief", None),
-                "num_tokens": getattr(hook, "_num_tokens", None),
-                "replicas_to_aggregate": getattr(opt, "_replicas_to_aggregate", None),
-                "total_num_replicas": getattr(opt, "_total_num_replicas", None),
-            })
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
-    os._exit(0)  # skip TensorFlow's teardown (it logs about graph objects no session ever ran)
 
 
 def run_ps(script: str | os.PathLike, *, workers: int = 2, args: Mapping[str, Any] | None = None,
@@ -305,7 +266,7 @@ def run_ps(script: str | os.PathLike, *, workers: int = 2, args: Mapping[str, An
     missing = [f"worker:{i}" for i in range(workers) if f"worker:{i}" not in results]
     if missing:
         raise RuntimeError(f"{', '.join(missing)} exited 0 without reporting a result (does the script call "
-                           f"lab_utils.ps_training.train_worker or report.result?); logs in {cluster.run_dir}")
+                           f"lab_utils.training.ps.train_worker or report.result?); logs in {cluster.run_dir}")
     events = pd.DataFrame.from_records(cluster.events("step"))
     if events.empty:
         events = pd.DataFrame(columns=["time", "task", "step", "examples"])
@@ -355,29 +316,30 @@ def dstat_compare(runs: Sequence[PSRun]) -> pd.DataFrame:
 
 
 def plot_accuracy(runs: Sequence[PSRun], x: str = "global_step", title: str | None = None):
-    """Test accuracy of each run against ``global_step`` or ``time`` (s since launch)."""
+    """Test accuracy of each run against ``global_step`` or ``time`` (s since launch):
+    :func:`lab_utils.plots.accuracy_curves` of their :meth:`PSRun.accuracy_curve`."""
     if x not in ("global_step", "time"):
         raise ValueError(f"x must be 'global_step' or 'time', got {x!r}")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for r in runs:
-        c = r.accuracy_curve()
-        ax.plot(c[x], c["accuracy"], marker=".", label=r.label)
-    ax.set_xlabel("global step" if x == "global_step" else "seconds since launch")
-    ax.set_ylabel("test accuracy")
-    finite = [v for r in runs for v in r.accuracy_curve()["accuracy"] if not math.isnan(v)]
-    if finite:
-        ax.set_ylim(max(0.0, min(finite) - 0.05), min(1.0, max(finite) + 0.02))
-    if title:
-        ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
+    return plots.accuracy_curves([(r.label, r.accuracy_curve()) for r in runs], x=x, title=title)
 
 
-if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "inspect":
-        sys.exit(_inspect_main(sys.argv[2:]))
-    sys.exit("usage: python -m lab_utils.ps_report inspect SCRIPT --mode async|sync [--workers N] [--index I]")
+def sweep_table(runs: Sequence[PSRun]) -> pd.DataFrame:
+    """The CS 744 Tables 3 and 4 (:func:`exec_time_table`: ``Batch Size``,
+    ``Execution Time (seconds)``) plus :data:`LOOP_COLUMN`, the slowest worker's
+    training-loop time (Lab 3, Part 3). Both in seconds, rounded to 0.01.
+
+    On a laptop-sized run the execution time (graph built -> session closed, the
+    report's definition) carries a fixed start/stop cost of a few tenths of a
+    second (the chief's model initialisation, the workers' readiness poll and, in
+    sync mode, the chief session's stop grace period for its blocked queue-runner
+    thread). The loop column shows the part that scales with the number of steps,
+    which is what the report's 1/B and flat trends are about."""
+    if not runs:
+        raise ValueError("sweep_table needs at least one run, got none")
+    sizes = [r.batch_size for r in runs]
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"one run per batch size expected, got batch sizes {sizes}")
+    table = exec_time_table(runs)
+    loop = {r.batch_size: round(max(w["train_time"] for w in r.results.values()), 2) for r in runs}
+    table[LOOP_COLUMN] = table["Batch Size"].map(loop)
+    return table

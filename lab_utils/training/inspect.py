@@ -1,0 +1,88 @@
+"""Build a Lab 2/3 script's graph in this process and print where everything went.
+
+    python -m lab_utils.training.inspect SCRIPT --mode async|sync [--workers N] [--ps P] [--index I] [--args JSON]
+
+The subprocess behind :func:`lab_utils.training.ps_runs.inspect_graph`: it imports
+``SCRIPT``, calls its ``build_graph(task, settings)`` for ``worker:<I>`` of a
+``P`` PS + ``N`` worker cluster (addresses are names only: no server is started,
+nothing connects) and prints one JSON line describing the variables, the ops,
+their devices and the session hooks. A script that fails exits non-zero with its
+traceback on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+PROG = "python -m lab_utils.training.inspect"
+
+
+def _load_script(path: str):
+    spec = importlib.util.spec_from_file_location("inspected_script", path)
+    if spec is None or not path.endswith(".py"):
+        sys.exit(f"{path}: not a Python script (expected a .py file with build_graph(task, settings))")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _hook_fields(hook) -> dict:
+    opt = getattr(hook, "_sync_optimizer", None)
+    return {
+        "type": type(hook).__name__,
+        "is_chief": getattr(hook, "_is_chief", None),
+        "num_tokens": getattr(hook, "_num_tokens", None),
+        "replicas_to_aggregate": getattr(opt, "_replicas_to_aggregate", None),
+        "total_num_replicas": getattr(opt, "_total_num_replicas", None),
+    }
+
+
+def describe(build_graph, task, settings) -> dict:
+    """Build ``build_graph(task, settings)`` in a fresh graph and describe its placement."""
+    from lab_utils.models import import_tensorflow
+
+    tf = import_tensorflow()
+    with tf.Graph().as_default() as graph:
+        g = build_graph(task, settings)
+        return {
+            "variables": [{"name": v.op.name, "device": v.device} for v in tf.compat.v1.global_variables()],
+            "ops": [{"name": op.name, "type": op.type, "device": op.device,
+                     "inputs": [i.op.name for i in op.inputs]} for op in graph.get_operations()],
+            "loss_device": g.loss.device,
+            "global_step_device": g.global_step.device,
+            "x": [g.x.dtype.name, g.x.shape.as_list()],
+            "y": [g.y.dtype.name, g.y.shape.as_list()],
+            "hooks": [_hook_fields(hook) for hook in g.hooks or []],
+        }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("script")
+    p.add_argument("--mode", required=True)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--ps", type=int, default=1)
+    p.add_argument("--index", type=int, default=0)
+    p.add_argument("--args", default="{}")
+    a = p.parse_args(argv)
+    from lab_utils.cluster import TaskConfig
+    from lab_utils.training import ps
+
+    module = _load_script(a.script)
+    extra = json.loads(a.args)
+    settings = ps.check_settings(a.mode, extra.pop("batch_size", 60), a.workers, **extra)
+    # Names only: no server is started and nothing connects to these addresses.
+    cluster = {"ps": [f"ps{i}.invalid:1" for i in range(a.ps)],
+               "worker": [f"worker{i}.invalid:1" for i in range(a.workers)]}
+    out = describe(module.build_graph, TaskConfig(cluster, "worker", a.index), settings)
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # skip TensorFlow's teardown (it logs about graph objects no session ever ran)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

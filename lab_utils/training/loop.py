@@ -1,0 +1,195 @@
+"""The pieces of a worker's training run that every technique reuses.
+
+A technique module (``ps`` today; the all-reduce, multi-device and compression
+labs next) builds its graph and session its own way, then composes these:
+
+1. :func:`load_shard`: this worker's part of the training set, checked against
+   the batch size; :func:`batches` draws shuffled batches from it.
+2. :func:`run_steps`: the step loop. It calls the technique's step function
+   until the global step reaches the target, reports one ``report.step`` event
+   per step and, where an ``evaluate`` function is given (the chief), measures
+   test accuracy every ``eval_every`` global steps, timed *apart* from training.
+3. :func:`report_result`: the result dict (the technique's fields, the loop's
+   counts and the :func:`timings`), reported with ``report.result`` and returned.
+
+:class:`Clock` holds the wall-clock marks the timings are computed from. Nothing
+here knows about parameter servers, tokens or TensorFlow sessions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lab_utils import report
+
+__all__ = ["Shard", "load_shard", "batches", "Clock", "LoopStats", "run_steps", "timings", "report_result"]
+
+#: ``step(x_batch, y_batch, stats) -> (global_step_after, loss)``; ``stats`` is the
+#: loop's state *before* this step (for error messages).
+StepFn = Callable[[np.ndarray, np.ndarray, "LoopStats"], tuple[Any, Any]]
+
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This worker's training examples, and the whole data set they came from."""
+
+    data: Any  # a lab_utils.data.Dataset (or anything with x_train, y_train, x_test, y_test)
+    x: np.ndarray
+    y: np.ndarray
+
+    @property
+    def n_train(self) -> int:
+        """Examples in the whole training set (every worker's shards together)."""
+        return len(self.data.y_train)
+
+    def batches(self, batch_size: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Endless shuffled batches over this shard (see :func:`batches`)."""
+        return batches(self.x, self.y, batch_size, seed)
+
+
+def load_shard(num_workers: int, index: int, batch_size: int, data=None) -> Shard:
+    """Worker ``index`` of ``num_workers``'s shard of ``data`` (default: MNIST via
+    :func:`lab_utils.data.load_mnist`). Raises ``ValueError`` when one batch is
+    larger than the shard."""
+    from lab_utils.data import load_mnist, shard
+
+    if data is None:
+        data = load_mnist()
+    x, y = shard((data.x_train, data.y_train), num_workers, index)
+    if batch_size > len(y):
+        raise ValueError(f"batch_size={batch_size} is larger than this worker's shard "
+                         f"({len(y)} examples of {len(data.y_train)} over {num_workers} workers)")
+    return Shard(data, x, y)
+
+
+def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Endless shuffled full batches over ``(x, y)``, reshuffled every pass (a
+    remainder smaller than a batch is skipped in that pass)."""
+    rng = np.random.RandomState(seed)
+    while True:
+        order = rng.permutation(len(y))
+        for start in range(0, len(order) - batch_size + 1, batch_size):
+            idx = order[start:start + batch_size]
+            yield x[idx], y[idx]
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+class Clock:
+    """Named wall-clock marks (``time.time()``) of one worker's run.
+
+    Created at process start-up (mark ``start``); the run then marks ``graph``
+    (graph built), ``session`` (session open), ``ready`` (training starts, set by
+    :func:`run_steps`), ``trained`` (loop done, set by :func:`run_steps`) and
+    ``end`` (session closed). :func:`timings` turns them into durations."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, float] = {"start": time.time()}
+
+    def mark(self, name: str) -> float:
+        self.marks[name] = time.time()
+        return self.marks[name]
+
+    def __getitem__(self, name: str) -> float:
+        try:
+            return self.marks[name]
+        except KeyError:
+            raise KeyError(f"no {name!r} mark yet; marked so far: {', '.join(self.marks)}") from None
+
+    def __repr__(self) -> str:
+        start = self.marks["start"]
+        return "<Clock " + ", ".join(f"{k} +{v - start:.3f} s" for k, v in self.marks.items()) + ">"
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+@dataclass
+class LoopStats:
+    """What the step loop counted: the last global step seen, this worker's local
+    steps and examples, and the seconds spent in evaluations (not training)."""
+
+    step: int = 0
+    local_steps: int = 0
+    examples: int = 0
+    eval_time: float = 0.0
+
+
+def _next_eval(step: int, eval_every: int) -> int | None:
+    return (step // eval_every + 1) * eval_every if eval_every else None
+
+
+def run_steps(
+    step: StepFn,
+    batch_iter: Iterator[tuple[np.ndarray, np.ndarray]],
+    target: int,
+    *,
+    clock: Clock,
+    global_step: Callable[[], int],
+    evaluate: Callable[[], float] | None = None,
+    eval_every: int = 0,
+    before_step: Callable[[], None] | None = None,
+    extra: Callable[[int, LoopStats], Mapping[str, Any]] | None = None,
+) -> LoopStats:
+    """Train until the global step reaches ``target``; return the counts.
+
+    Marks ``ready`` on ``clock``, reads the starting ``global_step()``, then per
+    step: ``before_step()``, the next batch, ``step(x, y, stats)``, and one
+    ``report.step(global_step, examples, local_step=, loss=, ...)`` event with
+    ``extra(previous_global_step, stats)``'s fields and, every ``eval_every``
+    global steps when ``evaluate`` is given, ``accuracy=evaluate()`` (its time
+    goes to ``stats.eval_time``, not to training). Marks ``trained`` at the end."""
+    clock.mark("ready")
+    stats = LoopStats(step=int(global_step()))
+    next_eval = _next_eval(stats.step, eval_every)
+    while stats.step < target:
+        if before_step is not None:
+            before_step()
+        xb, yb = next(batch_iter)
+        previous = stats.step
+        new_step, loss = step(xb, yb, stats)
+        stats.step = int(new_step)
+        stats.local_steps += 1
+        stats.examples += len(yb)
+        fields = dict(extra(previous, stats)) if extra is not None else {}
+        if evaluate is not None and next_eval is not None and stats.step >= next_eval:
+            t_eval = time.time()
+            fields["accuracy"] = float(evaluate())
+            stats.eval_time += time.time() - t_eval
+            next_eval = _next_eval(stats.step, eval_every)
+        report.step(stats.step, stats.examples, local_step=stats.local_steps, loss=float(loss), **fields)
+    clock.mark("trained")
+    return stats
+
+
+# ----------------------------------------------------------------------------- the result
+
+
+def timings(stats: LoopStats, clock: Clock) -> dict:
+    """Throughput and durations (s) of a finished run, from ``clock``'s marks."""
+    train_time = clock["trained"] - clock["ready"] - stats.eval_time
+    return {
+        "examples_per_sec": stats.examples / train_time if train_time > 0 else None,
+        "exec_time": clock["end"] - clock["graph"],  # graph built -> session closed (the CS 744 "execution time")
+        "train_time": train_time,  # the loop without the chief's evaluations
+        "eval_time": stats.eval_time,
+        "startup_time": clock["ready"] - clock["start"],  # process start -> training starts (import, data, session, barrier)
+        "barrier_wait": clock["ready"] - clock["session"],  # session open -> every worker ready
+    }
+
+
+def report_result(head: Mapping[str, Any], stats: LoopStats, clock: Clock, tail: Mapping[str, Any] | None = None) -> dict:
+    """``head``, the loop's ``local_steps`` and ``examples``, the :func:`timings`,
+    then ``tail``: reported with ``report.result`` and returned."""
+    result = {**head, "local_steps": stats.local_steps, "examples": stats.examples, **timings(stats, clock), **(tail or {})}
+    report.result(**result)
+    return result
