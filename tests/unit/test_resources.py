@@ -6,7 +6,7 @@ import pytest
 
 from lab_utils import resources
 
-FIX = Path(__file__).parent / "fixtures" / "cgroup"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "cgroup"
 GiB = 1024**3
 
 
