@@ -39,21 +39,6 @@ import psutil
 
 from lab_utils.cluster.hosts import LAUNCHERS
 
-__all__ = [
-    "Metric",
-    "METRICS",
-    "ROLES",
-    "MIN_INTERVAL",
-    "MAX_INTERVAL",
-    "Row",
-    "validate_interval",
-    "role_of",
-    "CounterRates",
-    "GpuProbe",
-    "Sampler",
-    "netns_counters",
-]
-
 # --------------------------------------------------------------------------- declarations
 
 
