@@ -74,11 +74,11 @@ def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterato
     """Endless shuffled full batches over ``(x, y)``, reshuffled every pass (a
     remainder smaller than a batch is skipped in that pass)."""
     rng = np.random.RandomState(seed)
+    per_pass = len(y) // batch_size
     while True:
-        order = rng.permutation(len(y))
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            idx = order[start:start + batch_size]
-            yield x[idx], y[idx]
+        # one row of indices per batch: a fresh permutation, its remainder dropped
+        for rows in rng.permutation(len(y))[: per_pass * batch_size].reshape(per_pass, batch_size):
+            yield x[rows], y[rows]
 
 
 # ----------------------------------------------------------------------------- timing

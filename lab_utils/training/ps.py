@@ -208,14 +208,10 @@ class PSGraph:
 class GradientCounter:
     """Counts, on the PS, how many gradients each synchronous update averaged.
 
-    Build it inside ``replica_device_setter`` (its statistics live on the PS)::
-
-        counter = GradientCounter(task, num_workers)
-        opt = SyncReplicasOptimizer(counter.wrap(GradientDescentOptimizer(lr)), R, N)
-        grads = opt.compute_gradients(loss) + [counter.gradient()]
-        train_op = opt.apply_gradients(grads, global_step=global_step)
-
-    See the module docstring for how it works; :meth:`read` returns the counts."""
+    Build it inside ``replica_device_setter`` (its statistics live on the PS), wrap
+    the optimizer that the ``SyncReplicasOptimizer`` averages for with :meth:`wrap`,
+    and add :meth:`gradient` to the gradients it applies (Lab 3, Exercise 1 shows
+    where). See the module docstring for how it works; :meth:`read` returns the counts."""
 
     def __init__(self, task_index: int, num_workers: int, slots: int = COUNTER_SLOTS):
         import tensorflow as tf
