@@ -59,5 +59,5 @@ lock:  ## re-resolve requirements/base.in into requirements/constraints.txt (nee
 	@bash scripts/lock.sh
 
 clean:  ## remove run outputs, logs and course state (keeps .venv)
-	rm -rf out bench/results grading/release grading/submitted grading/autograded grading/feedback grading/gradebook.db
+	rm -rf out bench/results grading/release grading/reference grading/submitted grading/autograded grading/feedback grading/gradebook.db
 	$(PY) -m lab_utils reap

@@ -3,11 +3,12 @@
 Instructor sources (solutions + hidden tests): grading/source/<lab>/<lab>.ipynb.
 The student release is generated into grading/release/<lab>/ and copied to
 labs/<lab>/ by `python -m lab_utils.grading release` (make release).
-Course state (gradebook.db, submitted/, autograded/, feedback/) is git-ignored.
+Course state (gradebook.db, submitted/, autograded/, feedback/) and the reference
+scripts extracted from the sources (reference/) are git-ignored.
 """
 from pathlib import Path
 
-import yaml
+from lab_utils.grading.course import cell_timeout
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
@@ -27,11 +28,8 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Per-cell timeout. nbgrader's default is 30 s; `ExecutePreprocessor.timeout` is
 # ignored, `Execute.timeout` is the one that counts. `python -m lab_utils.grading`
 # sets each lab's own value from labs/params.yml; plain `nbgrader` CLI runs get
-# the largest one.
-_params = HERE.parent / "labs" / "params.yml"
-_timeouts = [int((v or {}).get("timeout", 300)) for v in (yaml.safe_load(_params.read_text()) or {}).values()] \
-    if _params.is_file() else []
-c.Execute.timeout = max(_timeouts, default=300)
+# the largest one (cell_timeout reads labs/params.yml with lab_utils.grading.course.load_params).
+c.Execute.timeout = cell_timeout(params_file=HERE.parent / "labs" / "params.yml")
 
 # Feedback shows each test cell's score and output, but not the source of its hidden
 # tests: once students have read them they can be gamed (by the next cohort too).

@@ -25,19 +25,17 @@ import sys
 import time
 from pathlib import Path
 
-from lab_utils.grading import resolve_labs
+from lab_utils import config
+from lab_utils.grading.course import PARAMS_FILE, SOURCE_DIR, load_params, resolve_labs
 
-__all__ = ["record", "run_lab", "run_labs", "main"]
+__all__ = ["record", "run_lab", "run_labs", "summary_markdown", "main"]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SOURCE_DIR = REPO_ROOT / "grading" / "source"
-PARAMS_FILE = REPO_ROOT / "labs" / "params.yml"
 
 
 def record(**metrics) -> dict:
     """Record a lab's headline figures for ``make run``'s summary. Values must be
     JSON numbers or strings; calling it again adds or replaces keys."""
-    path = os.environ.get("LABS_RESULTS_FILE")
+    path = config.get(config.RESULTS_FILE)
     clean = {}
     for key, value in metrics.items():
         if hasattr(value, "item"):  # numpy scalar
@@ -56,13 +54,6 @@ def record(**metrics) -> dict:
     return clean
 
 
-def _load_params(params_file: Path) -> dict:
-    import yaml
-
-    with open(params_file) as f:
-        return yaml.safe_load(f) or {}
-
-
 def run_lab(lab: str, out_dir: Path, full: bool = False, params_file: Path | None = None,
             source_dir: Path | None = None, progress: bool = True) -> dict:
     """Execute one lab with papermill; returns its summary row (never raises
@@ -71,7 +62,7 @@ def run_lab(lab: str, out_dir: Path, full: bool = False, params_file: Path | Non
 
     params_file = Path(params_file or PARAMS_FILE)
     source_dir = Path(source_dir or SOURCE_DIR)
-    settings = _load_params(params_file).get(lab) or {}
+    settings = load_params(params_file).get(lab) or {}
     parameters = dict(settings.get("full" if full else "ci") or {})
     notebook = source_dir / lab / f"{lab}.ipynb"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -80,9 +71,9 @@ def run_lab(lab: str, out_dir: Path, full: bool = False, params_file: Path | Non
     results_file.unlink(missing_ok=True)
     row = {"lab": lab, "mode": "full" if full else "ci", "status": "ok", "wall_time_s": None,
            "accuracy": None, "examples_per_sec": None, "error": None, "notebook": str(output)}
-    env_before = {k: os.environ.get(k) for k in ("LABS_RESULTS_FILE", "LABS_HEADLESS")}
-    os.environ["LABS_RESULTS_FILE"] = str(results_file.resolve())
-    os.environ["LABS_HEADLESS"] = "1"
+    env_before = {k: os.environ.get(k) for k in (config.RESULTS_FILE, config.HEADLESS)}
+    os.environ[config.RESULTS_FILE] = str(results_file.resolve())   # inherited by the papermill kernel
+    os.environ[config.HEADLESS] = "1"
     # The notebook runs in out/<lab>/ (a copy of the lab's other files), so TensorBoard logs
     # and scripts it writes never land in the source tree.
     workdir = out_dir / lab
@@ -116,7 +107,9 @@ def run_lab(lab: str, out_dir: Path, full: bool = False, params_file: Path | Non
     return row
 
 
-def _markdown(rows: list[dict]) -> str:
+def summary_markdown(rows: list[dict]) -> str:
+    """The summary table of ``make run`` (``summary.md``), failures listed below it."""
+
     def fmt(v, spec):
         return "" if v is None else format(v, spec)
 
@@ -147,7 +140,7 @@ def run_labs(labs: list[str] | None = None, full: bool = False, out: Path | str 
               + (f" - {row['error']}" if row["error"] else ""), flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(rows, indent=2))
-    (out / "summary.md").write_text(_markdown(rows))
+    (out / "summary.md").write_text(summary_markdown(rows))
     return rows
 
 
@@ -166,7 +159,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print()
-    print(_markdown(rows), end="")
+    print(summary_markdown(rows), end="")
     print(f"summary: {Path(args.out) / 'summary.json'}")
     failed = [r for r in rows if r["status"] != "ok"]
     return 1 if failed else 0

@@ -1,14 +1,22 @@
-"""lab_utils.grading helpers and lab_utils.run_labs.record: fast, no kernels."""
+"""lab_utils.grading (test-cell helpers, params, reference and lab scripts, CLI) and
+lab_utils.run_labs' record and summary: fast, no kernels, no nbgrader runs."""
+
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from lab_utils import grading, run_labs
+from lab_utils.grading.__main__ import main as grading_main
+from lab_utils.grading.scripts import writefile_scripts
 
 
+# ------------------------------------------------------------------ test-cell helpers
 @pytest.mark.parametrize("fraction,points,expected", [
     (0.5, 2, 1.0), (1.7, 3, 3.0), (-0.2, 3, 0.0), (True, 2, 2.0), (False, 2, 0.0),
     (np.float64(0.25), 4, 1.0), (np.float32(1.0), 1, 1.0), (float("nan"), 3, 0.0), (1, 0, 0.0),
@@ -49,6 +57,7 @@ def test_is_grading(monkeypatch):
     assert grading.is_grading() == "autograde"
 
 
+# --------------------------------------------------------------------- labs/params.yml
 def test_lab_settings_reads_params_file():
     s = grading.lab_settings("01")
     assert s["name"] == "01_single_node"
@@ -58,6 +67,165 @@ def test_lab_settings_reads_params_file():
         grading.lab_settings("99")
 
 
+def test_load_params_is_the_one_reader(tmp_path):
+    table = grading.load_params()
+    assert set(table) >= {"01_single_node", "02_ps_async", "03_ps_sync"}
+    params = tmp_path / "params.yml"
+    params.write_text("01_a:\n  timeout: 100\n02_b:\n03_c:\n  timeout: 700\n")
+    assert grading.load_params(params) == {"01_a": {"timeout": 100}, "02_b": {}, "03_c": {"timeout": 700}}
+    assert grading.cell_timeout("01", params) == 100
+    assert grading.cell_timeout("02", params) == 300       # no timeout given: the default
+    assert grading.cell_timeout(params_file=params) == 700   # plain nbgrader runs get the largest
+    assert grading.cell_timeout(params_file=tmp_path / "missing.yml") == 300
+    params.write_text("- 01_a\n- 02_b\n")
+    with pytest.raises(ValueError, match="mapping"):
+        grading.load_params(params)
+    params.write_text("01_a: 5\n")
+    with pytest.raises(ValueError, match="must be mappings"):
+        grading.load_params(params)
+
+
+def test_resolve_labs():
+    known = ["01_single_node", "02_ps_async"]
+    assert grading.resolve_labs([], known) == known
+    assert grading.resolve_labs(["02", "01_single_node"], known) == ["02_ps_async", "01_single_node"]
+    with pytest.raises(ValueError, match="unknown lab '07'.*01_single_node"):
+        grading.resolve_labs(["07"], known)
+
+
+# ------------------------------------------------------------------- reference scripts
+def _notebook(path, cells):
+    """A minimal notebook file: cells are (cell_type, source) pairs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nb = {"cells": [{"cell_type": t, "metadata": {}, "source": s.splitlines(keepends=True),
+                     **({"outputs": [], "execution_count": None} if t == "code" else {})} for t, s in cells],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb, indent=1))
+    return path
+
+
+SCRIPT_CELL = '''%%writefile train_x.py
+import sys
+
+
+def build(a):
+    b = 2
+    ### BEGIN SOLUTION
+    c = a * b  # the answer
+    ### END SOLUTION
+    return c
+'''
+
+
+@pytest.fixture
+def course(tmp_path):
+    """A course root with one lab whose notebook writes train_x.py (appended to once) and notes.txt."""
+    root = tmp_path / "grading"
+    _notebook(root / "source" / "05_demo" / "05_demo.ipynb", [
+        ("markdown", "%%writefile not_code.py\nmarkdown is never written"),
+        ("code", SCRIPT_CELL),
+        ("code", "%%writefile -a train_x.py\nprint(build(3))"),
+        ("code", "%%writefile notes.txt\nhello"),
+    ])
+    return root
+
+
+def test_writefile_scripts_keep_the_solution_and_drop_the_markers(course):
+    scripts = writefile_scripts(course / "source" / "05_demo" / "05_demo.ipynb")
+    assert set(scripts) == {"train_x.py", "notes.txt"}
+    text = scripts["train_x.py"]
+    assert "%%writefile" not in text and "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
+    assert "    c = a * b  # the answer\n    return c\n" in text   # solution kept, indentation intact
+    assert text.endswith("print(build(3))\n")                     # %%writefile -a appends
+    compile(text, "train_x.py", "exec")
+
+
+def test_reference_script_extracts_and_follows_the_notebook(course):
+    path = grading.reference_script("05", "train_x.py", root=course)
+    assert path == course / "reference" / "05_demo" / "train_x.py"
+    assert "c = a * b" in path.read_text()
+    nb = course / "source" / "05_demo" / "05_demo.ipynb"
+    nb.write_text(nb.read_text().replace("c = a * b", "c = b * a"))
+    assert "c = b * a" in grading.reference_script("05_demo", "train_x.py", root=course).read_text()
+    assert sorted(p.name for p in grading.extract_references(root=course)) == ["notes.txt", "train_x.py"]
+
+
+def test_reference_script_errors_are_clear(course, tmp_path):
+    with pytest.raises(ValueError, match="unknown lab '09'.*05_demo"):
+        grading.reference_script("09", "train_x.py", root=course)
+    with pytest.raises(LookupError, match="no `%%writefile train_y.py` cell.*notes.txt, train_x.py"):
+        grading.reference_script("05", "train_y.py", root=course)
+    with pytest.raises(FileNotFoundError, match="exist only in the instructor's repository"):
+        grading.reference_script("05", "train_x.py", root=tmp_path / "student-home")
+
+
+@pytest.mark.parametrize("lab,name", [("02_ps_async", "train_async.py"), ("03_ps_sync", "train_sync.py")])
+def test_the_course_reference_scripts_are_complete_python(lab, name):
+    path = grading.reference_script(lab, name)
+    assert path.parent.parent.name == "reference" and path.name == name
+    text = path.read_text()
+    assert "SOLUTION" not in text and "raise NotImplementedError" not in text
+    compile(text, str(path), "exec")
+
+
+# ------------------------------------------------------------- a student's earlier script
+@pytest.fixture
+def labs(tmp_path, monkeypatch):
+    """A student's labs/ folder: 05_demo/ with their own train_x.py, and 06_next/ (the cwd)."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("LABS_RESULTS_FILE", raising=False)
+    (tmp_path / "labs" / "05_demo").mkdir(parents=True)
+    (tmp_path / "labs" / "06_next").mkdir()
+    (tmp_path / "labs" / "05_demo" / "train_x.py").write_text("# the student's own\n")
+    monkeypatch.chdir(tmp_path / "labs" / "06_next")
+    return tmp_path / "labs"
+
+
+def test_find_lab_script_prefers_the_students_own(labs, course):
+    nowhere = labs.parent / "no-course"
+    mine = labs / "05_demo" / "train_x.py"
+    assert grading.find_lab_script("train_x.py", "05_demo", root=nowhere) == mine.resolve()
+    assert grading.find_lab_script("train_x.py", "05_demo", root=course) == mine.resolve()
+    (labs / "06_next" / "train_x.py").write_text("# a copy next to the notebook\n")
+    assert grading.find_lab_script("train_x.py", "05_demo", root=nowhere) == (labs / "06_next" / "train_x.py").resolve()
+
+
+def test_find_lab_script_tells_a_student_what_to_run(labs):
+    (labs / "05_demo" / "train_x.py").unlink()
+    with pytest.raises(FileNotFoundError, match=r"run its `%%writefile train_x.py` cell"):
+        grading.find_lab_script("train_x.py", "05_demo", root=labs.parent / "no-course")
+
+
+def test_find_lab_script_in_the_instructors_repository_falls_back_to_the_reference(labs, course):
+    (labs / "05_demo" / "train_x.py").unlink()
+    found = grading.find_lab_script("train_x.py", "05_demo", root=course)
+    assert found == (course / "reference" / "05_demo" / "train_x.py").resolve()
+
+
+@pytest.mark.parametrize("variable,value", [("NBGRADER_EXECUTION", "autograde"), ("LABS_RESULTS_FILE", "/tmp/r.json")])
+def test_find_lab_script_under_grading_or_make_run_uses_the_reference(labs, course, monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)  # a student's broken earlier lab must not fail this one
+    found = grading.find_lab_script("train_x.py", "05_demo", root=course)
+    assert found == (course / "reference" / "05_demo" / "train_x.py").resolve()
+    with pytest.raises(FileNotFoundError, match="instructor's repository"):
+        grading.find_lab_script("train_x.py", "05_demo", root=labs.parent / "no-course")
+
+
+# ------------------------------------------------------------------------------ the CLI
+def test_cli_is_what_make_calls():
+    proc = subprocess.run([sys.executable, "-m", "lab_utils.grading", "--help"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, proc.stderr
+    for command in ("release", "check-release", "autograde", "export", "feedback"):
+        assert command in proc.stdout
+
+
+def test_cli_reports_an_unknown_lab(capsys):
+    assert grading_main(["check-release", "--labs", "99"]) == 1
+    assert "unknown lab '99'" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------- run_labs: record, summary
 def test_record_writes_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.delenv("LABS_RESULTS_FILE", raising=False)
     assert run_labs.record(accuracy=np.float32(0.5)) == {"accuracy": 0.5}
@@ -74,5 +242,5 @@ def test_record_writes_only_when_asked(tmp_path, monkeypatch):
 def test_summary_markdown_names_failures():
     rows = [{"lab": "01_x", "mode": "ci", "status": "failed", "wall_time_s": 1.0, "accuracy": None,
              "examples_per_sec": None, "error": "lab 01_x failed in cell 3 of 01_x.ipynb (execution count 2, `x`): ValueError: boom"}]
-    text = run_labs._markdown(rows)
+    text = run_labs.summary_markdown(rows)
     assert "| 01_x | ci | failed | 1.0 |" in text and "failed in cell 3" in text

@@ -1,133 +1,131 @@
-"""Grading: helpers for nbgrader test cells, and the course operations.
+"""Course operations on the nbgrader course in ``grading/`` (the ``make`` targets call these).
 
-In test cells (introduced in Lab 1)::
-
-    from lab_utils.grading import credit, ratio_credit, is_grading
-    credit(0.5, points=2)                 # -> 1.0, a clamped Python float
-    ratio_credit(student_eps / ref_eps, points=3)
-
-nbgrader gives partial credit when a test cell's last expression is a Python
-``float`` in [0, points]; a NumPy scalar or another type gives full credit and
-a value above ``points`` makes autograde fail. ``credit`` is the one place that
-produces that value.
-
-Course operations (the ``make`` targets call these; course root = ``grading/``)::
+::
 
     python -m lab_utils.grading release            # grading/source/<lab> -> labs/<lab>
-    python -m lab_utils.grading check-release      # exit 1 if labs/ is stale
+    python -m lab_utils.grading check-release      # exit 1 if labs/ is stale or holds a solution
     python -m lab_utils.grading autograde DIR      # DIR/<student>/<lab>/<lab>.ipynb
     python -m lab_utils.grading export [--csv grading/grades.csv]
     python -m lab_utils.grading feedback           # grading/feedback/<student>/<lab>/*.html
 
 Facts from nbgrader 0.9 this module respects: the API returns
 ``{"success": ...}`` instead of raising, so every call is checked here; the
-per-cell timeout is ``Execute.timeout``, set per lab from ``labs/params.yml``.
+per-cell timeout is ``Execute.timeout``, set per lab from ``labs/params.yml``
+(read by :func:`load_params`, the one reader of that file).
 """
+
 from __future__ import annotations
 
-import argparse
 import csv
 import filecmp
-import math
 import os
 import shutil
 import sys
 import tempfile
-from numbers import Real
 from pathlib import Path
 
 __all__ = [
-    "credit",
-    "ratio_credit",
-    "is_grading",
     "REPO_ROOT",
+    "GRADING_ROOT",
+    "SOURCE_DIR",
+    "LABS_DIR",
+    "PARAMS_FILE",
+    "DEFAULT_TIMEOUT",
+    "load_params",
+    "lab_settings",
+    "cell_timeout",
+    "source_labs",
+    "resolve_labs",
+    "source_notebook",
     "course_api",
     "release",
     "check_release",
     "autograde",
     "export_grades",
     "feedback",
-    "lab_settings",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 GRADING_ROOT = REPO_ROOT / "grading"
+SOURCE_DIR = GRADING_ROOT / "source"
 LABS_DIR = REPO_ROOT / "labs"
 PARAMS_FILE = LABS_DIR / "params.yml"
+#: nbgrader per-cell timeout (s) of a lab whose params.yml entry names none (nbgrader's own is 30 s).
 DEFAULT_TIMEOUT = 300
-DEFAULT_BANDS = ((0.8, 1.0), (0.5, 0.5), (0.25, 0.25))
-
-
-# ------------------------------------------------------------ test-cell helpers
-def is_grading() -> str | None:
-    """``"autograde"`` or ``"validate"`` while nbgrader executes the notebook
-    (it sets ``NBGRADER_EXECUTION``), else ``None``. Notebooks use it to size
-    their runs so grading stays fast."""
-    value = os.environ.get("NBGRADER_EXECUTION", "").strip()
-    return value or None
-
-
-def credit(fraction, points) -> float:
-    """Partial credit for a test cell: ``fraction`` of ``points``, clamped to
-    [0, points] and returned as a Python float (what nbgrader requires).
-    ``True``/``False`` count as 1/0; NaN counts as 0."""
-    if isinstance(points, bool) or not isinstance(points, Real) or not points >= 0:
-        raise ValueError(f"points must be a non-negative number, got {points!r}")
-    if isinstance(fraction, bool):
-        fraction = float(fraction)
-    try:
-        f = float(fraction)
-    except (TypeError, ValueError):
-        raise TypeError(f"fraction must be a number, got {type(fraction).__name__} {fraction!r}") from None
-    if math.isnan(f):
-        f = 0.0
-    return float(min(max(f, 0.0), 1.0) * float(points))
-
-
-def ratio_credit(ratio, points, bands=DEFAULT_BANDS) -> float:
-    """Credit for a measured/reference ratio (e.g. throughput against a
-    reference measured in the same grading run on the same machine).
-
-    ``bands`` are ``(minimum_ratio, fraction)`` pairs; the best band whose
-    minimum the ratio reaches gives the fraction (default: >= 0.8 full credit,
-    >= 0.5 half, >= 0.25 a quarter, else 0)."""
-    ordered = sorted(((float(lo), float(fr)) for lo, fr in bands), reverse=True)
-    if not ordered:
-        raise ValueError("bands must hold at least one (minimum_ratio, fraction) pair")
-    try:
-        r = float(ratio)
-    except (TypeError, ValueError):
-        return credit(0.0, points)
-    if math.isnan(r):
-        return credit(0.0, points)
-    for lo, fraction in ordered:
-        if r >= lo:
-            return credit(fraction, points)
-    return credit(0.0, points)
 
 
 # -------------------------------------------------------------- course settings
-def lab_settings(lab: str, params_file: Path | str = PARAMS_FILE) -> dict:
-    """The entry for ``lab`` in ``labs/params.yml`` (keys: ci, full, timeout)."""
+def load_params(path: Path | str | None = None) -> dict[str, dict]:
+    """``labs/params.yml`` (or ``path``) as ``{lab: {"ci": ..., "full": ..., "timeout": ...}}``.
+
+    The one reader of that file: ``lab_settings``, ``run_labs`` and
+    ``grading/nbgrader_config.py`` all call it. An empty entry reads as ``{}``."""
     import yaml
 
-    with open(params_file) as f:
+    path = Path(path) if path is not None else PARAMS_FILE
+    with open(path) as f:
         table = yaml.safe_load(f) or {}
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: expected a mapping of lab name -> settings, got {type(table).__name__}")
+    bad = [lab for lab, entry in table.items() if entry is not None and not isinstance(entry, dict)]
+    if bad:
+        raise ValueError(f"{path}: the entries of {bad} must be mappings (keys ci, full, timeout, cell_timeout)")
+    return {str(lab): dict(entry or {}) for lab, entry in table.items()}
+
+
+def lab_settings(lab: str, params_file: Path | str | None = None) -> dict:
+    """The entry for ``lab`` (``"01"`` or ``"01_single_node"``) in ``labs/params.yml``
+    (keys: ci, full, timeout), with its full name under ``"name"``."""
+    table = load_params(params_file)
     matches = [name for name in table if name == lab or name.split("_", 1)[0] == lab]
     if len(matches) != 1:
-        raise ValueError(f"lab {lab!r} not found (or ambiguous) in {params_file}; known: {sorted(table)}")
-    entry = dict(table[matches[0]] or {})
-    entry["name"] = matches[0]
-    return entry
+        raise ValueError(f"lab {lab!r} not found (or ambiguous) in {params_file or PARAMS_FILE}; known: {sorted(table)}")
+    return {**table[matches[0]], "name": matches[0]}
 
 
-def _timeout_for(lab: str, params_file: Path) -> int:
+def cell_timeout(lab: str | None = None, params_file: Path | str | None = None) -> int:
+    """nbgrader's per-cell timeout for ``lab``; with no lab, the largest of all labs
+    (what a plain ``nbgrader`` command gets). ``DEFAULT_TIMEOUT`` when unset."""
     try:
-        return int(lab_settings(lab, params_file).get("timeout", DEFAULT_TIMEOUT))
+        entries = [lab_settings(lab, params_file)] if lab else list(load_params(params_file).values())
     except (FileNotFoundError, ValueError):
         return DEFAULT_TIMEOUT
+    return max((int(e.get("timeout", DEFAULT_TIMEOUT)) for e in entries), default=DEFAULT_TIMEOUT)
 
 
+# ---------------------------------------------------------------- lab selection
+def source_labs(root: Path | str = GRADING_ROOT) -> list[str]:
+    """The labs of the course at ``root``: the folders of ``root/source``."""
+    src = Path(root) / "source"
+    if not src.is_dir():
+        return []
+    return sorted(p.name for p in src.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+
+def resolve_labs(labs, known: list[str]) -> list[str]:
+    """Full lab names for what a user typed (``01``, ``01_single_node``); all of ``known`` when empty."""
+    if not labs:
+        return list(known)
+    chosen = []
+    for lab in labs:
+        hits = [k for k in known if k == lab or k.split("_", 1)[0] == lab]
+        if len(hits) != 1:
+            raise ValueError(f"unknown lab {lab!r}; known labs: {', '.join(known) or 'none'}")
+        chosen.append(hits[0])
+    return chosen
+
+
+def source_notebook(lab: str, root: Path | str = GRADING_ROOT) -> Path:
+    """``root/source/<lab>/<lab>.ipynb`` for ``lab`` (``"02"`` or ``"02_ps_async"``)."""
+    name = resolve_labs([lab], source_labs(root))[0]
+    return Path(root) / "source" / name / f"{name}.ipynb"
+
+
+def _select(labs, root) -> list[str]:
+    return resolve_labs(labs, source_labs(root))
+
+
+# ------------------------------------------------------------------- nbgrader API
 def _ensure_tools_on_path() -> None:
     """nbgrader runs the ``alembic`` executable when it creates a gradebook; when
     this interpreter was started by full path (``/venv/bin/python -m ...``) its
@@ -158,28 +156,6 @@ def course_api(root: Path | str = GRADING_ROOT, timeout: int | None = None):
     return NbGraderAPI(coursedir=coursedir, config=config)
 
 
-def source_labs(root: Path | str = GRADING_ROOT) -> list[str]:
-    src = Path(root) / "source"
-    return sorted(p.name for p in src.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))) if src.is_dir() else []
-
-
-def resolve_labs(labs, known: list[str]) -> list[str]:
-    """Full lab names for what a user typed (``01``, ``01_single_node``); all of ``known`` when empty."""
-    if not labs:
-        return list(known)
-    chosen = []
-    for lab in labs:
-        hits = [k for k in known if k == lab or k.split("_", 1)[0] == lab]
-        if len(hits) != 1:
-            raise ValueError(f"unknown lab {lab!r}; known labs: {', '.join(known)}")
-        chosen.append(hits[0])
-    return chosen
-
-
-def _select(labs, root) -> list[str]:
-    return resolve_labs(labs, source_labs(root))
-
-
 def _check(result: dict, what: str) -> None:
     if not result.get("success"):
         detail = (result.get("error") or "") + "\n" + (result.get("log") or "")
@@ -188,28 +164,27 @@ def _check(result: dict, what: str) -> None:
 
 # ------------------------------------------------------------ course operations
 def release(labs=None, root: Path | str = GRADING_ROOT, labs_dir: Path | str | None = LABS_DIR,
-            params_file: Path | str = PARAMS_FILE) -> list[Path]:
+            params_file: Path | str | None = None) -> list[Path]:
     """Generate the student version of each lab (all when ``labs`` is empty)
     into ``root/release/<lab>`` and copy it to ``labs_dir/<lab>`` (the
     committed release students open). Returns the written folders."""
     root = Path(root)
     written = []
     for lab in _select(labs, root):
-        api = course_api(root, _timeout_for(lab, Path(params_file)))
+        api = course_api(root, cell_timeout(lab, params_file))
         _check(api.generate_assignment(lab, force=True, create=True), f"generate_assignment {lab}")
         out = root / "release" / lab
-        if labs_dir is not None:
-            dest = Path(labs_dir) / lab
-            dest.mkdir(parents=True, exist_ok=True)
-            for item in out.iterdir():
-                target = dest / item.name
-                if item.is_dir():
-                    shutil.copytree(item, target, dirs_exist_ok=True)
-                else:
-                    shutil.copy2(item, target)
-            written.append(dest)
-        else:
+        if labs_dir is None:
             written.append(out)
+            continue
+        dest = Path(labs_dir) / lab
+        dest.mkdir(parents=True, exist_ok=True)
+        for item in out.iterdir():
+            if item.is_dir():
+                shutil.copytree(item, dest / item.name, dirs_exist_ok=True)
+            else:
+                shutil.copy2(item, dest / item.name)
+        written.append(dest)
     return written
 
 
@@ -245,7 +220,7 @@ def _submissions(folder: Path):
 
 
 def autograde(submissions: Path | str, labs=None, root: Path | str = GRADING_ROOT,
-              params_file: Path | str = PARAMS_FILE) -> dict:
+              params_file: Path | str | None = None) -> dict:
     """Copy ``submissions/<student>/<lab>/`` into the course's ``submitted/``
     folder and autograde each one with the lab's timeout. Returns
     ``{(student, lab): score}``; raises RuntimeError listing any failures."""
@@ -263,7 +238,7 @@ def autograde(submissions: Path | str, labs=None, root: Path | str = GRADING_ROO
         if dest.resolve() != (submissions / student / lab):
             shutil.rmtree(dest, ignore_errors=True)
             shutil.copytree(submissions / student / lab, dest)
-        api = course_api(root, _timeout_for(lab, Path(params_file)))
+        api = course_api(root, cell_timeout(lab, params_file))
         with Gradebook(api.coursedir.db_url) as gb:
             try:
                 gb.find_assignment(lab)
@@ -320,50 +295,3 @@ def feedback(labs=None, root: Path | str = GRADING_ROOT) -> list[Path]:
             _check(api.generate_feedback(lab, student, force=True), f"generate_feedback {student}/{lab}")
             out.extend(sorted((root / "feedback" / student / lab).glob("*.html")))
     return out
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab_utils.grading", description="nbgrader course operations")
-    parser.add_argument("--root", default=str(GRADING_ROOT), help="course root (default: grading/)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    parser.add_argument("--labs-dir", default=None, help="committed student releases (default: <root>/../labs)")
-    p = sub.add_parser("release", help="generate the student release of every lab into labs/")
-    p.add_argument("--labs", default="", help="comma-separated labs, e.g. 01,03 (default: all)")
-    p = sub.add_parser("check-release", help="exit 1 when labs/ differs from a fresh release")
-    p.add_argument("--labs", default="")
-    p = sub.add_parser("autograde", help="autograde SUBMISSIONS/<student>/<lab>/<lab>.ipynb")
-    p.add_argument("submissions")
-    p.add_argument("--labs", default="")
-    p = sub.add_parser("export", help="write grades to CSV")
-    p.add_argument("--csv", default=None, help="output file (default: grading/grades.csv)")
-    p = sub.add_parser("feedback", help="generate feedback HTML for autograded submissions")
-    p.add_argument("--labs", default="")
-    args = parser.parse_args(argv)
-    labs = [s for s in getattr(args, "labs", "").split(",") if s]
-    labs_dir = Path(args.labs_dir) if args.labs_dir else Path(args.root).resolve().parent / "labs"
-    try:
-        if args.command == "release":
-            for path in release(labs, args.root, labs_dir):
-                print(f"released {path}")
-        elif args.command == "check-release":
-            problems = check_release(labs, args.root, labs_dir)
-            for line in problems:
-                print(line)
-            if problems:
-                return 1
-            print("labs/ is up to date with grading/source/")
-        elif args.command == "autograde":
-            autograde(args.submissions, labs, args.root)
-        elif args.command == "export":
-            print(f"wrote {export_grades(args.csv, args.root)}")
-        elif args.command == "feedback":
-            for path in feedback(labs, args.root):
-                print(f"feedback {path}")
-    except (RuntimeError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Grading: helpers for nbgrader test cells, and the course operations.
+
+In test cells (introduced in Lab 1)::
+
+    from lab_utils.grading import credit, ratio_credit, is_grading
+
+The package, one job per module:
+
+- ``cells``: ``is_grading``, ``credit``, ``ratio_credit`` (what test cells call);
+- ``course``: ``labs/params.yml`` (``load_params``, ``lab_settings``), lab selection,
+  and the nbgrader operations ``release``, ``check_release``, ``autograde``,
+  ``export_grades``, ``feedback`` (``python -m lab_utils.grading ...``, see ``__main__``);
+- ``scripts``: ``reference_script`` (the instructor's training script, extracted
+  from the ONE copy in ``grading/source``) and ``find_lab_script`` (a student's
+  script from an earlier lab);
+- ``leaks``: ``find_leaks`` / ``check_student_environment``: the student
+  environment (``lab_utils`` + ``labs/``) holds no solution and no hidden test.
+
+Importing this package is cheap: nbgrader, nbformat and yaml are imported by the
+functions that need them.
+"""
+
+from __future__ import annotations
+
+from lab_utils.grading.cells import DEFAULT_BANDS, credit, is_grading, ratio_credit
+from lab_utils.grading.course import (
+    GRADING_ROOT,
+    LABS_DIR,
+    PARAMS_FILE,
+    REPO_ROOT,
+    autograde,
+    cell_timeout,
+    check_release,
+    course_api,
+    export_grades,
+    feedback,
+    lab_settings,
+    load_params,
+    release,
+    resolve_labs,
+    source_labs,
+)
+from lab_utils.grading.leaks import Leak, check_student_environment, find_leaks, student_files
+from lab_utils.grading.scripts import extract_references, find_lab_script, reference_script
+
+__all__ = [
+    "DEFAULT_BANDS",
+    "credit",
+    "ratio_credit",
+    "is_grading",
+    "REPO_ROOT",
+    "GRADING_ROOT",
+    "LABS_DIR",
+    "PARAMS_FILE",
+    "load_params",
+    "lab_settings",
+    "cell_timeout",
+    "source_labs",
+    "resolve_labs",
+    "course_api",
+    "release",
+    "check_release",
+    "autograde",
+    "export_grades",
+    "feedback",
+    "reference_script",
+    "extract_references",
+    "find_lab_script",
+    "Leak",
+    "find_leaks",
+    "student_files",
+    "check_student_environment",
+]

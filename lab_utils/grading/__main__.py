@@ -1,0 +1,71 @@
+"""``python -m lab_utils.grading release|check-release|autograde|export|feedback`` (the make targets)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from lab_utils.grading import course, leaks, scripts
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lab_utils.grading", description="nbgrader course operations")
+    parser.add_argument("--root", default=str(course.GRADING_ROOT), help="course root (default: grading/)")
+    parser.add_argument("--labs-dir", default=None, help="committed student releases (default: <root>/../labs)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("release", help="generate the student release of every lab into labs/, "
+                                       "and extract the reference scripts into grading/reference/")
+    p.add_argument("--labs", default="", help="comma-separated labs, e.g. 01,03 (default: all)")
+    p = sub.add_parser("check-release", help="exit 1 when labs/ differs from a fresh release "
+                                             "or the student environment holds a solution")
+    p.add_argument("--labs", default="")
+    p = sub.add_parser("autograde", help="autograde SUBMISSIONS/<student>/<lab>/<lab>.ipynb")
+    p.add_argument("submissions")
+    p.add_argument("--labs", default="")
+    p = sub.add_parser("export", help="write grades to CSV")
+    p.add_argument("--csv", default=None, help="output file (default: grading/grades.csv)")
+    p = sub.add_parser("feedback", help="generate feedback HTML for autograded submissions")
+    p.add_argument("--labs", default="")
+    return parser
+
+
+def _check_release(labs, root: Path, labs_dir: Path) -> int:
+    problems = course.check_release(labs, root, labs_dir)
+    problems += leaks.check_student_environment(labs_dir=labs_dir, source_dir=root / "source")
+    for line in problems:
+        print(line)
+    if problems:
+        return 1
+    print("labs/ is up to date with grading/source/, and neither labs/ nor lab_utils holds a solution")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    labs = [s for s in getattr(args, "labs", "").split(",") if s]
+    root = Path(args.root)
+    labs_dir = Path(args.labs_dir) if args.labs_dir else root.resolve().parent / "labs"
+    try:
+        if args.command == "release":
+            for path in course.release(labs, root, labs_dir):
+                print(f"released {path}")
+            for path in scripts.extract_references(labs, root):
+                print(f"reference {path}")
+        elif args.command == "check-release":
+            return _check_release(labs, root, labs_dir)
+        elif args.command == "autograde":
+            course.autograde(args.submissions, labs, root)
+        elif args.command == "export":
+            print(f"wrote {course.export_grades(args.csv, root)}")
+        elif args.command == "feedback":
+            for path in course.feedback(labs, root):
+                print(f"feedback {path}")
+    except (RuntimeError, ValueError, LookupError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
