@@ -1,7 +1,9 @@
 """lab_utils: the one package every lab notebook imports.
 
-Small modules, one job each (import what you need; nothing here imports TensorFlow):
+Small modules and subpackages, one job each (import what you need; nothing here
+imports TensorFlow). Generic layers first; they never import ``training`` or ``grading``:
 
+- ``config``: every ``LABS_*`` environment variable, read in one place
 - ``resources``: cores and memory this session may really use (cgroups, JupyterHub)
 - ``doctor``: is this environment able to run the labs?  ``lab_utils.doctor()``
 - ``data``: MNIST and friends, offline fallbacks, sharding for N workers
@@ -9,10 +11,12 @@ Small modules, one job each (import what you need; nothing here imports TensorFl
 - ``report``: events (ready, step, result) written by training scripts
 - ``metrics``: dstat-like CPU, memory, network and GPU samples per role
 - ``models``: graph-mode model and loss builders shared by labs 1-3
-- ``plots``: figures shared by the labs
+- ``display``: notebook or headless? the one-line progress
+- ``plots``: every figure
 - ``training``: lab-specific training code, one module per technique (``training.ps``,
   ``training.ps_runs``: parameter-server training, Labs 2-3)
-- ``grading``: helpers used by nbgrader tests (clamped partial credit, ratios)
+- ``grading``: helpers used by nbgrader test cells (clamped partial credit, ratios) and the
+  course operations (release, autograde, feedback, reference scripts)
 """
 from __future__ import annotations
 
@@ -20,7 +24,10 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"resources", "doctor", "data", "cluster", "report", "metrics", "plots", "grading", "run_labs", "models", "training"}
+_SUBMODULES = {
+    "config", "resources", "doctor", "data", "cluster", "report", "metrics", "display", "plots",
+    "grading", "run_labs", "models", "training",
+}
 
 
 def __getattr__(name):
