@@ -7,6 +7,7 @@ not move the target). Target: ratio <= 1.25.
 
     python bench/bench_cluster_startup.py [--repeat 3]      # prints one JSON object
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,17 +25,22 @@ from pathlib import Path
 from lab_utils.cluster import TFCluster
 from lab_utils.resources import usable_cores
 
-TASK = '''\
+TASK = """\
 from lab_utils.cluster import start_server
 start_server().join()   # every task (PS and workers) just serves: we time readiness only
-'''
+"""
 
 
 def import_cpu_seconds(env: dict) -> float:
     """CPU (user + system) of one ``python -c "import tensorflow"`` child."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", "import tensorflow"], env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-c", "import tensorflow"],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -66,21 +72,26 @@ def main() -> None:
     import_cpu = statistics.median(imports)
     bound = tasks * import_cpu / cores
     median = statistics.median(ready)
-    print(json.dumps({
-        "bench": "cluster_startup",
-        "cluster": f"1 PS + {opts.workers} workers",
-        "tasks": tasks,
-        "usable_cores": cores,
-        "import_tensorflow_cpu_s": [round(x, 3) for x in imports],
-        "bound_s": round(bound, 3),
-        "bound_formula": "tasks * median(import_tensorflow_cpu_s) / usable_cores",
-        "start_to_all_ready_s": [round(x, 3) for x in ready],
-        "start_to_all_ready_median_s": round(median, 3),
-        "ratio_to_bound": round(median / bound, 3),
-        "target_ratio": 1.25,
-        "within_target": median / bound <= 1.25,
-        "python": platform.python_version(),
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "bench": "cluster_startup",
+                "cluster": f"1 PS + {opts.workers} workers",
+                "tasks": tasks,
+                "usable_cores": cores,
+                "import_tensorflow_cpu_s": [round(x, 3) for x in imports],
+                "bound_s": round(bound, 3),
+                "bound_formula": "tasks * median(import_tensorflow_cpu_s) / usable_cores",
+                "start_to_all_ready_s": [round(x, 3) for x in ready],
+                "start_to_all_ready_median_s": round(median, 3),
+                "ratio_to_bound": round(median / bound, 3),
+                "target_ratio": 1.25,
+                "within_target": median / bound <= 1.25,
+                "python": platform.python_version(),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

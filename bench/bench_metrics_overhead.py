@@ -8,6 +8,7 @@ The sampler thread's own CPU time is read from /proc (its native thread id),
 so the busy tasks and this script's main thread are not counted.
 Targets: < 1 % at 1 Hz, < 3 % at 10 Hz. Prints one JSON object.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,8 +76,14 @@ def tf_cluster(seconds: float):
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("LABS_RUN_ROOT", tmp)
-        with TFCluster(ps=1, workers=2, script=str(ROOT / "tests/fixtures/metrics_tf_task.py"),
-                       args={"seconds": seconds}, progress=False, timeout=seconds + 120) as cluster:
+        with TFCluster(
+            ps=1,
+            workers=2,
+            script=str(ROOT / "tests/fixtures/metrics_tf_task.py"),
+            args={"seconds": seconds},
+            progress=False,
+            timeout=seconds + 120,
+        ) as cluster:
             yield cluster
 
 

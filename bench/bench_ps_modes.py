@@ -13,6 +13,7 @@ are computed between runs of this same invocation only (same machine, same load)
 ``sync_over_async_throughput`` per (W, batch) and ``scaling_2_over_1`` per
 (mode, batch). Prints one JSON object on stdout; one progress line per run on stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,14 @@ def one_run(mode: str, workers: int, batch: int, epochs: float, n_train: int) ->
     else:  # the same number of examples: each global step averages one batch per worker
         args["steps"] = max(1, math.ceil(epochs * math.ceil(n_train / batch) / workers))
     t0 = time.monotonic()
-    with TFCluster(ps=1, workers=workers, script=reference_script(LABS[mode], f"train_{mode}.py"), args=args,
-                   progress=False, timeout=600) as cluster:
+    with TFCluster(
+        ps=1,
+        workers=workers,
+        script=reference_script(LABS[mode], f"train_{mode}.py"),
+        args=args,
+        progress=False,
+        timeout=600,
+    ) as cluster:
         results = cluster.wait()
     wall = time.monotonic() - t0
     rows = [results[f"worker:{i}"] for i in range(workers)]
@@ -56,7 +63,9 @@ def one_run(mode: str, workers: int, batch: int, epochs: float, n_train: int) ->
     examples = sum(r["examples"] for r in rows)
     local = sum(r["local_steps"] for r in rows)
     return {
-        "mode": mode, "workers": workers, "batch_size": batch,
+        "mode": mode,
+        "workers": workers,
+        "batch_size": batch,
         "wall": round(wall, 2),
         "train_time_max": round(train, 3),
         "examples": examples,
@@ -93,13 +102,18 @@ def main(argv=None) -> int:
             row = one_run(mode, workers, batch, args.epochs, n_train)
             row["repeat"] = rep
             runs.append(row)
-            print(f"[{rep * len(configs) + i + 1}/{args.repeats * len(configs)}] {mode:5s} W={workers} batch={batch}: "
-                  f"{row['examples_per_sec']:.0f} examples/s, {row['ms_per_local_step']:.1f} ms/step, "
-                  f"acc {row['accuracy']:.3f}, wall {row['wall']:.1f} s", file=sys.stderr, flush=True)
+            print(
+                f"[{rep * len(configs) + i + 1}/{args.repeats * len(configs)}] {mode:5s} W={workers} batch={batch}: "
+                f"{row['examples_per_sec']:.0f} examples/s, {row['ms_per_local_step']:.1f} ms/step, "
+                f"acc {row['accuracy']:.3f}, wall {row['wall']:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def mean_eps(mode, workers, batch):
-        vals = [r["examples_per_sec"] for r in runs
-                if (r["mode"], r["workers"], r["batch_size"]) == (mode, workers, batch)]
+        vals = [
+            r["examples_per_sec"] for r in runs if (r["mode"], r["workers"], r["batch_size"]) == (mode, workers, batch)
+        ]
         return statistics.mean(vals) if vals else None
 
     ratios = {"sync_over_async_throughput": {}, "scaling_2_over_1": {}}

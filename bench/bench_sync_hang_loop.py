@@ -13,6 +13,7 @@ update averaged more than R gradients (possible with backup workers) are counted
 in ``runs_with_update_over_R``. Prints one
 JSON object on stdout; one progress line per run on stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,17 +51,22 @@ def one_run(args) -> dict:
     row["wall"] = time.monotonic() - t0
     chief = results.get("worker:0", {})
     steps = sorted({r.get("final_global_step") for r in results.values()})
-    row.update({
-        "final_global_steps": steps,
-        "local_steps": [results[f"worker:{i}"]["local_steps"] for i in range(args.workers)],
-        "exec_time": [round(results[f"worker:{i}"]["exec_time"], 3) for i in range(args.workers)],
-        "grads_per_update": [chief.get("gradients_per_update_min"), chief.get("gradients_per_update_max")],
-        "accuracy": chief.get("accuracy"),
-    })
-    row["wrong"] = (len(results) != args.workers or steps != [args.steps]
-                    or chief.get("updates_counted") != args.steps
-                    or row["grads_per_update"][0] != replicas
-                    or (replicas == args.workers and row["grads_per_update"][1] != replicas))
+    row.update(
+        {
+            "final_global_steps": steps,
+            "local_steps": [results[f"worker:{i}"]["local_steps"] for i in range(args.workers)],
+            "exec_time": [round(results[f"worker:{i}"]["exec_time"], 3) for i in range(args.workers)],
+            "grads_per_update": [chief.get("gradients_per_update_min"), chief.get("gradients_per_update_max")],
+            "accuracy": chief.get("accuracy"),
+        }
+    )
+    row["wrong"] = (
+        len(results) != args.workers
+        or steps != [args.steps]
+        or chief.get("updates_counted") != args.steps
+        or row["grads_per_update"][0] != replicas
+        or (replicas == args.workers and row["grads_per_update"][1] != replicas)
+    )
     # with backup workers (R < N) TF may average up to N gradients in one update: counted, not "wrong"
     row["update_over_R"] = bool(row["grads_per_update"][1] and row["grads_per_update"][1] > replicas)
     if row["wrong"] or row["update_over_R"]:

@@ -6,6 +6,7 @@ labs/<lab>/ by `python -m lab_utils.grading release` (make release).
 Course state (gradebook.db, submitted/, autograded/, feedback/) and the reference
 scripts extracted from the sources (reference/) are git-ignored.
 """
+
 from pathlib import Path
 
 from lab_utils.grading.course import cell_timeout
@@ -19,8 +20,15 @@ c.CourseDirectory.course_id = "distributed-dl-labs"
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
 # Run-time leftovers must never be released or collected.
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "runs", "*.results.json",
-                             "train_*.py"]  # written by %%writefile from solution cells
+c.CourseDirectory.ignore = [
+    ".ipynb_checkpoints",
+    "*.pyc",
+    "__pycache__",
+    "feedback",
+    "runs",
+    "*.results.json",
+    "train_*.py",
+]  # written by %%writefile from solution cells
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

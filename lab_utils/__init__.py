@@ -18,6 +18,7 @@ imports TensorFlow). Generic layers first; they never import ``training`` or ``g
 - ``grading``: helpers used by nbgrader test cells (clamped partial credit, ratios) and the
   course operations (release, autograde, feedback, reference scripts)
 """
+
 from __future__ import annotations
 
 import importlib
@@ -25,8 +26,19 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "config", "resources", "doctor", "data", "cluster", "report", "metrics", "display", "plots",
-    "grading", "run_labs", "models", "training",
+    "config",
+    "resources",
+    "doctor",
+    "data",
+    "cluster",
+    "report",
+    "metrics",
+    "display",
+    "plots",
+    "grading",
+    "run_labs",
+    "models",
+    "training",
 }
 
 

@@ -1,4 +1,5 @@
 """Command line: ``python -m lab_utils doctor`` (more sub-commands join as labs need them)."""
+
 from __future__ import annotations
 
 import argparse

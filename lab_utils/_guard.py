@@ -17,6 +17,7 @@ middleman, in the spirit of Horovod's ``safe_shell_exec``:
 
 It imports nothing heavy (no TensorFlow, no NumPy): a few milliseconds of start-up.
 """
+
 from __future__ import annotations
 
 import ctypes

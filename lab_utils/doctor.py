@@ -6,6 +6,7 @@ row FAILs. In a notebook, ``lab_utils.doctor()`` shows the same rows as an HTML 
 Every check is a small function that takes what it reads (environment, file-system
 root, command runner) as arguments, so the unit tests can drive the FAIL paths.
 """
+
 from __future__ import annotations
 
 import html
@@ -16,9 +17,9 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 from lab_utils import resources
 
@@ -52,8 +53,13 @@ def check_python(version_info=sys.version_info) -> Check:
     v = f"{version_info[0]}.{version_info[1]}.{version_info[2]} ({sys.executable})"
     if tuple(version_info[:2]) == (3, 11):
         return Check("Python", OK, v)
-    return Check("Python", FAIL, v, "TensorFlow 2.15 + Horovod 0.28.1 need Python 3.11: run `make setup` "
-                 "(it finds python3.11) or `conda env create -f environment.yml`")
+    return Check(
+        "Python",
+        FAIL,
+        v,
+        "TensorFlow 2.15 + Horovod 0.28.1 need Python 3.11: run `make setup` "
+        "(it finds python3.11) or `conda env create -f environment.yml`",
+    )
 
 
 def check_tensorflow(importer=importlib.import_module) -> list[Check]:
@@ -61,18 +67,32 @@ def check_tensorflow(importer=importlib.import_module) -> list[Check]:
     try:
         tf = importer("tensorflow")
     except ImportError as exc:
-        return [Check("TensorFlow", FAIL, f"not importable: {exc}", "run `make setup` (installs tensorflow-cpu==2.15.1)")]
+        return [
+            Check("TensorFlow", FAIL, f"not importable: {exc}", "run `make setup` (installs tensorflow-cpu==2.15.1)")
+        ]
     version = getattr(tf, "__version__", "?")
     rows = []
     if version == TF_VERSION:
         rows.append(Check("TensorFlow", OK, version))
     else:
-        rows.append(Check("TensorFlow", WARN, version, f"the labs are pinned to {TF_VERSION} (Horovod 0.28.1 breaks on "
-                          "TF 2.16+): reinstall with `make setup`"))
+        rows.append(
+            Check(
+                "TensorFlow",
+                WARN,
+                version,
+                f"the labs are pinned to {TF_VERSION} (Horovod 0.28.1 breaks on TF 2.16+): reinstall with `make setup`",
+            )
+        )
     devices = [f"{d.device_type}:{d.name.rsplit(':', 1)[-1]}" for d in tf.config.list_physical_devices()]
     gpus = [d for d in devices if d.startswith("GPU")]
-    rows.append(Check("TF devices", OK, ", ".join(devices) or "none",
-                      "" if gpus else "CPU only: labs 1-4 run fine; lab 5 (AlexNet) falls back to logical CPU devices"))
+    rows.append(
+        Check(
+            "TF devices",
+            OK,
+            ", ".join(devices) or "none",
+            "" if gpus else "CPU only: labs 1-4 run fine; lab 5 (AlexNet) falls back to logical CPU devices",
+        )
+    )
     return rows
 
 
@@ -81,16 +101,24 @@ def check_horovod(importer=importlib.import_module) -> Check:
         hvd = importer("horovod")
         hvd_tf = importer("horovod.tensorflow")
     except ImportError as exc:
-        return Check("Horovod", FAIL, f"not importable: {exc}",
-                     "run `make setup` (builds horovod==0.28.1 with TensorFlow, Gloo and MPI; log in .venv/horovod-build.log)")
+        return Check(
+            "Horovod",
+            FAIL,
+            f"not importable: {exc}",
+            "run `make setup` (builds horovod==0.28.1 with TensorFlow, Gloo and MPI; log in .venv/horovod-build.log)",
+        )
     version = getattr(hvd, "__version__", "?")
     controllers = [n for n, f in (("MPI", "mpi_built"), ("Gloo", "gloo_built")) if getattr(hvd_tf, f)()]
     ops = [n for n, f in (("NCCL", "nccl_built"), ("MPI", "mpi_built"), ("Gloo", "gloo_built")) if getattr(hvd_tf, f)()]
     value = f"{version}; frameworks: TensorFlow; controllers: {', '.join(controllers) or 'none'}; tensor ops: {', '.join(ops) or 'none'}"
     missing = {"MPI", "Gloo"} - set(controllers)
     if missing:
-        return Check("Horovod", WARN if controllers else FAIL, value,
-                     f"rebuild with {' and '.join(sorted(missing))}: `rm .venv/.labs-setup-stamp && make setup`")
+        return Check(
+            "Horovod",
+            WARN if controllers else FAIL,
+            value,
+            f"rebuild with {' and '.join(sorted(missing))}: `rm .venv/.labs-setup-stamp && make setup`",
+        )
     if version != HOROVOD_VERSION:
         return Check("Horovod", WARN, value, f"the labs are tested with {HOROVOD_VERSION}")
     return Check("Horovod", OK, value)
@@ -99,8 +127,13 @@ def check_horovod(importer=importlib.import_module) -> Check:
 def check_mpirun(which=shutil.which, run: Runner = _run) -> Check:
     path = which("mpirun")
     if not path:
-        return Check("mpirun", FAIL, "not found", "install Open MPI: `apt-get install openmpi-bin libopenmpi-dev` "
-                     "(or `conda install -c conda-forge openmpi`)")
+        return Check(
+            "mpirun",
+            FAIL,
+            "not found",
+            "install Open MPI: `apt-get install openmpi-bin libopenmpi-dev` "
+            "(or `conda install -c conda-forge openmpi`)",
+        )
     try:
         proc = run([path, "--version"])
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -113,8 +146,10 @@ def check_mpirun(which=shutil.which, run: Runner = _run) -> Check:
 
 def check_mpi4py(run: Runner = _run, python: str = sys.executable) -> Check:
     # In a subprocess: importing mpi4py.MPI may initialise MPI, which must not happen in the kernel.
-    code = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
-            "print(mpi4py.__version__); print(MPI.Get_library_version().strip().splitlines()[0])")
+    code = (
+        "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+        "print(mpi4py.__version__); print(MPI.Get_library_version().strip().splitlines()[0])"
+    )
     try:
         proc = run([python, "-c", code])
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -130,13 +165,21 @@ def check_cpu(env=None, root="/") -> Check:
     env = os.environ if env is None else env
     cg = resources.cgroup_limits(root)
     usable = resources.usable_cores(env, root)
-    parts = [f"usable {usable}", f"os.cpu_count {os.cpu_count()}", f"affinity {len(os.sched_getaffinity(0))}",
-             f"cgroup v{cg.version} quota {cg.cpu_quota_cores if cg.cpu_quota_cores else 'none'}"]
+    parts = [
+        f"usable {usable}",
+        f"os.cpu_count {os.cpu_count()}",
+        f"affinity {len(os.sched_getaffinity(0))}",
+        f"cgroup v{cg.version} quota {cg.cpu_quota_cores if cg.cpu_quota_cores else 'none'}",
+    ]
     if env.get("CPU_LIMIT"):
         parts.append(f"CPU_LIMIT {env['CPU_LIMIT']}")
     if usable < 2:
-        return Check("CPU", WARN, ", ".join(parts), "1 usable core: clusters still run but slowly; "
-                     "keep to 1 PS + 1 worker or np=2")
+        return Check(
+            "CPU",
+            WARN,
+            ", ".join(parts),
+            "1 usable core: clusters still run but slowly; keep to 1 PS + 1 worker or np=2",
+        )
     return Check("CPU", OK, ", ".join(parts))
 
 
@@ -145,12 +188,19 @@ def check_memory(env=None, root="/") -> Check:
     limit = resources.memory_limit_bytes(env, root)
     avail = resources.available_memory_bytes(env, root)
     cg = resources.cgroup_limits(root).memory_bytes
-    value = (f"limit {limit / GiB:.1f} GiB, available {avail / GiB:.1f} GiB, "
-             f"cgroup {'none' if cg is None else f'{cg / GiB:.1f} GiB'}"
-             + (f", MEM_LIMIT {int(float(env['MEM_LIMIT'])) / GiB:.1f} GiB" if env.get("MEM_LIMIT") else ""))
+    value = (
+        f"limit {limit / GiB:.1f} GiB, available {avail / GiB:.1f} GiB, "
+        f"cgroup {'none' if cg is None else f'{cg / GiB:.1f} GiB'}"
+        + (f", MEM_LIMIT {int(float(env['MEM_LIMIT'])) / GiB:.1f} GiB" if env.get("MEM_LIMIT") else "")
+    )
     if limit < MEM_FAIL_BYTES or avail < MEM_FAIL_BYTES // 2:
-        return Check("Memory", FAIL, value, "a TensorFlow process needs about 0.4 GiB; ask for at least 2 GiB "
-                     "(JupyterHub: c.Spawner.mem_limit) or close other kernels")
+        return Check(
+            "Memory",
+            FAIL,
+            value,
+            "a TensorFlow process needs about 0.4 GiB; ask for at least 2 GiB "
+            "(JupyterHub: c.Spawner.mem_limit) or close other kernels",
+        )
     if limit < MEM_WARN_BYTES:
         return Check("Memory", WARN, value, "Binder-sized: lab_utils.cluster scales clusters down to what fits")
     return Check("Memory", OK, value)
@@ -200,10 +250,12 @@ def check_disk(path: str | os.PathLike = ".") -> Check:
 def check_host(env=None) -> Check:
     env = os.environ if env is None else env
     kind = resources.host_kind(env)
-    notes = {"binder": "Binder: 1-2 CPUs, 2 GB; labs run with scaled-down clusters",
-             "jupyterhub": "JupyterHub: clusters are per user, limits from CPU_LIMIT / MEM_LIMIT",
-             "ci": "CI: notebooks run headless with papermill",
-             "local": ""}
+    notes = {
+        "binder": "Binder: 1-2 CPUs, 2 GB; labs run with scaled-down clusters",
+        "jupyterhub": "JupyterHub: clusters are per user, limits from CPU_LIMIT / MEM_LIMIT",
+        "ci": "CI: notebooks run headless with papermill",
+        "local": "",
+    }
     return Check("Host", OK, f"{kind} ({platform.platform()})", notes[kind])
 
 
@@ -219,8 +271,15 @@ def run_checks(env=None, root="/") -> list[Check]:
         rows.append(check_horovod())
     else:
         rows.append(Check("Horovod", FAIL, "skipped: TensorFlow missing", "run `make setup`"))
-    rows += [check_mpirun(), check_mpi4py(), check_cpu(env, root), check_memory(env, root),
-             check_gpus(tf_gpus), check_disk(Path(__file__).resolve().parent.parent), check_host(env)]
+    rows += [
+        check_mpirun(),
+        check_mpi4py(),
+        check_cpu(env, root),
+        check_memory(env, root),
+        check_gpus(tf_gpus),
+        check_disk(Path(__file__).resolve().parent.parent),
+        check_host(env),
+    ]
     return rows
 
 
@@ -255,9 +314,12 @@ class Report:
             f"<tr><td style='color:{colour[r.status]};font-weight:bold'>{r.status}</td>"
             f"<td>{html.escape(r.name)}</td><td style='text-align:left'>{html.escape(r.value)}</td>"
             f"<td style='text-align:left'>{html.escape(r.fix)}</td></tr>"
-            for r in self.rows)
-        return ("<table><thead><tr><th>status</th><th>check</th><th>value</th><th>fix / note</th></tr></thead>"
-                f"<tbody>{body}</tbody></table>")
+            for r in self.rows
+        )
+        return (
+            "<table><thead><tr><th>status</th><th>check</th><th>value</th><th>fix / note</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>"
+        )
 
     def to_json(self) -> str:
         return json.dumps([asdict(r) for r in self.rows], indent=1)

@@ -15,6 +15,7 @@ Lab 1's hidden tests compare against. Build them inside a graph::
 Nothing here calls ``disable_eager_execution()``: graphs are built under
 ``tf.Graph().as_default()``, so a notebook kernel keeps its default eager mode.
 """
+
 from __future__ import annotations
 
 import logging

@@ -11,6 +11,7 @@ Introduced in Lab 2: :func:`plot_metrics`, the figure behind
 ``lab_utils.metrics.Monitor.plot()`` (throughput, CPU, memory and network of a
 cluster's tasks on one time axis), and :func:`png_bytes` for the live view.
 """
+
 from __future__ import annotations
 
 import io
@@ -22,8 +23,17 @@ import pandas as pd
 
 from lab_utils.display import is_headless  # one definition of "nobody can see a widget here"
 
-__all__ = ["batch_size_sweep", "learning_curve", "read_scalars", "plot_scalars", "show_tensorboard", "is_headless",
-           "accuracy_curves", "plot_metrics", "png_bytes"]
+__all__ = [
+    "batch_size_sweep",
+    "learning_curve",
+    "read_scalars",
+    "plot_scalars",
+    "show_tensorboard",
+    "is_headless",
+    "accuracy_curves",
+    "plot_metrics",
+    "png_bytes",
+]
 
 
 def _plt():
@@ -45,11 +55,13 @@ def batch_size_sweep(table: pd.DataFrame, target_accuracy: float | None = None):
     a.set_ylabel("training examples / s")
     a.set_title("Throughput (warm-up excluded)")
     reached = t["time_to_accuracy_s"].notna()
-    b.bar([str(v) for v in t["batch_size"]], t["time_to_accuracy_s"].fillna(0.0),
-          color=["C0" if r else "0.8" for r in reached])
+    b.bar(
+        [str(v) for v in t["batch_size"]],
+        t["time_to_accuracy_s"].fillna(0.0),
+        color=["C0" if r else "0.8" for r in reached],
+    )
     for i, (ok, v) in enumerate(zip(reached, t["time_to_accuracy_s"], strict=True)):
-        b.annotate(f"{v:.1f} s" if ok else "not reached", (i, v if ok else 0.0),
-                   ha="center", va="bottom", fontsize=8)
+        b.annotate(f"{v:.1f} s" if ok else "not reached", (i, v if ok else 0.0), ha="center", va="bottom", fontsize=8)
     b.set_xlabel("batch size")
     b.set_ylabel("training seconds")
     b.set_title(f"Time to {target_accuracy:.0%} test accuracy" if target_accuracy else "Time to target accuracy")
@@ -163,8 +175,14 @@ def accuracy_curves(curves, x: str = "global_step", title: str | None = None):
 
 
 def _metrics_t0(frame, steps) -> float:
-    times = [s for s in (frame["time"].min() if len(frame) else None,
-                         steps["time"].min() if steps is not None and len(steps) else None) if s is not None]
+    times = [
+        s
+        for s in (
+            frame["time"].min() if len(frame) else None,
+            steps["time"].min() if steps is not None and len(steps) else None,
+        )
+        if s is not None
+    ]
     return min(times) if times else 0.0
 
 
@@ -191,8 +209,10 @@ def _throughput_panel(ax, steps, t0: float) -> None:
 def _task_panels(axes, frame, t0: float) -> None:
     """CPU % and RSS of each task's process tree."""
     task_rows = frame[~frame["role"].isin(("host", "gpu"))] if len(frame) else frame
-    for ax, metric, scale, label in ((axes[0], "cpu_percent", 1.0, "CPU % of one core"),
-                                     (axes[1], "rss", 1 / 2**20, "RSS (MiB)")):
+    for ax, metric, scale, label in (
+        (axes[0], "cpu_percent", 1.0, "CPU % of one core"),
+        (axes[1], "rss", 1 / 2**20, "RSS (MiB)"),
+    ):
         sub = task_rows[task_rows["metric"] == metric] if len(task_rows) else task_rows
         for task, g in sub.groupby("task", sort=True):
             ax.plot(g["time"] - t0, g["value"] * scale, label=task)

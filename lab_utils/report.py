@@ -21,6 +21,7 @@ Where the file goes:
 Each record carries ``time`` (wall clock, seconds since the epoch), ``kind``,
 ``task`` (for example ``"worker:1"``), ``pid`` and the fields given.
 """
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ the cluster's resource guard read these facts from here, so they never disagree.
 
 Every reader takes a ``root`` so the unit tests can point it at fixture trees.
 """
+
 from __future__ import annotations
 
 import math

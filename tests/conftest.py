@@ -1,5 +1,6 @@
 """Shared test plumbing: a leak check around every test that starts processes, and skips
 for tests that need hardware or builds this machine may not have."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -11,7 +12,7 @@ import psutil
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("LABS_OFFLINE", "1")      # tests never download
+os.environ.setdefault("LABS_OFFLINE", "1")  # tests never download
 
 
 def _gpu_count() -> int:

@@ -89,7 +89,9 @@ class Job:
 
     kind = "job"
 
-    def __init__(self, script, args, *, env, run_dir, ready_timeout, timeout, stream, guard, grace, cwd, name, progress):
+    def __init__(
+        self, script, args, *, env, run_dir, ready_timeout, timeout, stream, guard, grace, cwd, name, progress
+    ):
         if not isinstance(script, (str, os.PathLike)) or not str(script):
             raise ValueError(f"script must be a path to a Python file or a module name, got {script!r}")
         script = str(script)
@@ -416,7 +418,14 @@ class Job:
     # ---- display
     def _rows(self) -> list[tuple]:
         return [
-            (t.name, t.host or "localhost", t.pid or "", t.port or "", t.state, "" if t.exit_code is None else t.exit_code)
+            (
+                t.name,
+                t.host or "localhost",
+                t.pid or "",
+                t.port or "",
+                t.state,
+                "" if t.exit_code is None else t.exit_code,
+            )
             for t in self.tasks
         ]
 

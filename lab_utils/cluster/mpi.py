@@ -95,7 +95,9 @@ class MPIJob(Job):
         if controller not in _CONTROLLERS:
             raise ValueError(f"unknown controller {controller!r}; allowed: {', '.join(_CONTROLLERS)}")
         if launcher == "mpirun" and controller != "mpi":
-            raise ValueError("launcher='mpirun' always uses the MPI controller; for Gloo use launcher='horovodrun', controller='gloo'")
+            raise ValueError(
+                "launcher='mpirun' always uses the MPI controller; for Gloo use launcher='horovodrun', controller='gloo'"
+            )
         exe = self._launcher_path(launcher)
         if exe is None:
             raise ValueError(f"launcher {launcher!r} not found next to {sys.executable} or on PATH")
@@ -107,8 +109,20 @@ class MPIJob(Job):
             hosts = None
         if memory_per_rank is not None and memory_per_rank <= 0:
             raise ValueError(f"memory_per_rank must be a positive number of bytes, got {memory_per_rank!r}")
-        super().__init__(script, args, env=env, run_dir=run_dir, ready_timeout=ready_timeout, timeout=timeout,
-                         stream=stream, guard=guard, grace=grace, cwd=cwd, name=name, progress=progress)
+        super().__init__(
+            script,
+            args,
+            env=env,
+            run_dir=run_dir,
+            ready_timeout=ready_timeout,
+            timeout=timeout,
+            stream=stream,
+            guard=guard,
+            grace=grace,
+            cwd=cwd,
+            name=name,
+            progress=progress,
+        )
         self.np, self.launcher, self.controller = np, launcher, controller
         self.launcher_exe, self.hosts, self.hostfile = exe, list(hosts) if hosts else None, hostfile
         self.launcher_args = list(launcher_args)
@@ -160,7 +174,14 @@ class MPIJob(Job):
                 cmd += ["-H", ",".join(self.hosts)]
             elif self.hostfile:
                 cmd += ["--hostfile", str(self.hostfile)]
-            exported = (config.REPORT_DIR, config.RUN_DIR, config.JOB, "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL", "PYTHONPATH")
+            exported = (
+                config.REPORT_DIR,
+                config.RUN_DIR,
+                config.JOB,
+                "PYTHONUNBUFFERED",
+                "TF_CPP_MIN_LOG_LEVEL",
+                "PYTHONPATH",
+            )
             for var in (*exported, *self.extra_env):
                 cmd += ["-x", var]
         else:

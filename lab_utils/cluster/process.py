@@ -75,7 +75,9 @@ def check_fit(
     avail = resources.available_memory_bytes()
     if tasks * per <= avail:
         return
-    advice = hint(int(avail // per)) or "close other notebooks (Kernel > Shut Down Kernel) or run `python -m lab_utils reap`"
+    advice = (
+        hint(int(avail // per)) or "close other notebooks (Kernel > Shut Down Kernel) or run `python -m lab_utils reap`"
+    )
     raise ResourceError(
         f"{what} needs about {tasks * per / 1024**3:.1f} GB ({per / MB:.0f} MB per task), "
         f"{avail / 1024**3:.1f} GB available under this session's limit; {advice}"

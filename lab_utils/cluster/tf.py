@@ -155,7 +155,9 @@ class TFCluster(Job):
     ):
         ps, workers = _count("ps", ps), _count("workers", workers)
         if workers == 0:
-            raise ValueError(f"workers must be at least 1 (got ps={ps}, workers=0): a cluster without workers trains nothing")
+            raise ValueError(
+                f"workers must be at least 1 (got ps={ps}, workers=0): a cluster without workers trains nothing"
+            )
         if ps == 0:
             raise ValueError(
                 f"ps must be at least 1 for a parameter-server cluster (got ps=0, workers={workers}); "
@@ -169,7 +171,9 @@ class TFCluster(Job):
                 raise ValueError(f"hosts must be a list with one host per task ({n}), got the string {hosts!r}")
             hosts = list(hosts)
             if len(hosts) != n:
-                raise ValueError(f"hosts needs one entry per task (ps first, then workers): {n} expected, got {len(hosts)}")
+                raise ValueError(
+                    f"hosts needs one entry per task (ps first, then workers): {n} expected, got {len(hosts)}"
+                )
         if memory_per_task is not None and memory_per_task <= 0:
             raise ValueError(f"memory_per_task must be a positive number of bytes, got {memory_per_task!r}")
         super().__init__(script, args, env=env, run_dir=run_dir, ready_timeout=ready_timeout, timeout=timeout,
@@ -218,7 +222,9 @@ class TFCluster(Job):
 
     def _task_env(self, task: Task, base: dict, spec: dict) -> dict:
         env = dict(base)
-        env["TF_CONFIG"] = json.dumps({"cluster": spec, "task": {"type": task.role, "index": int(task.name.split(":")[1])}})
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": spec, "task": {"type": task.role, "index": int(task.name.split(":")[1])}}
+        )
         env[config.TASK] = task.name
         env[config.REPORT_FILE] = str(task.events_path)
         env.pop(config.REPORT_DIR, None)

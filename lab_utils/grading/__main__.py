@@ -14,11 +14,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", default=str(course.GRADING_ROOT), help="course root (default: grading/)")
     parser.add_argument("--labs-dir", default=None, help="committed student releases (default: <root>/../labs)")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("release", help="generate the student release of every lab into labs/, "
-                                       "and extract the reference scripts into grading/reference/")
+    p = sub.add_parser(
+        "release",
+        help="generate the student release of every lab into labs/, "
+        "and extract the reference scripts into grading/reference/",
+    )
     p.add_argument("--labs", default="", help="comma-separated labs, e.g. 01,03 (default: all)")
-    p = sub.add_parser("check-release", help="exit 1 when labs/ differs from a fresh release "
-                                             "or the student environment holds a solution")
+    p = sub.add_parser(
+        "check-release",
+        help="exit 1 when labs/ differs from a fresh release or the student environment holds a solution",
+    )
     p.add_argument("--labs", default="")
     p = sub.add_parser("autograde", help="autograde SUBMISSIONS/<student>/<lab>/<lab>.ipynb")
     p.add_argument("submissions")

@@ -79,7 +79,9 @@ def lab_settings(lab: str, params_file: Path | str | None = None) -> dict:
     table = load_params(params_file)
     matches = [name for name in table if name == lab or name.split("_", 1)[0] == lab]
     if len(matches) != 1:
-        raise ValueError(f"lab {lab!r} not found (or ambiguous) in {params_file or PARAMS_FILE}; known: {sorted(table)}")
+        raise ValueError(
+            f"lab {lab!r} not found (or ambiguous) in {params_file or PARAMS_FILE}; known: {sorted(table)}"
+        )
     return {**table[matches[0]], "name": matches[0]}
 
 
@@ -163,8 +165,12 @@ def _check(result: dict, what: str) -> None:
 
 
 # ------------------------------------------------------------ course operations
-def release(labs=None, root: Path | str = GRADING_ROOT, labs_dir: Path | str | None = LABS_DIR,
-            params_file: Path | str | None = None) -> list[Path]:
+def release(
+    labs=None,
+    root: Path | str = GRADING_ROOT,
+    labs_dir: Path | str | None = LABS_DIR,
+    params_file: Path | str | None = None,
+) -> list[Path]:
     """Generate the student version of each lab (all when ``labs`` is empty)
     into ``root/release/<lab>`` and copy it to ``labs_dir/<lab>`` (the
     committed release students open). Returns the written folders."""
@@ -219,8 +225,9 @@ def _submissions(folder: Path):
             yield student.name, lab.name
 
 
-def autograde(submissions: Path | str, labs=None, root: Path | str = GRADING_ROOT,
-              params_file: Path | str | None = None) -> dict:
+def autograde(
+    submissions: Path | str, labs=None, root: Path | str = GRADING_ROOT, params_file: Path | str | None = None
+) -> dict:
     """Copy ``submissions/<student>/<lab>/`` into the course's ``submitted/``
     folder and autograde each one with the lab's timeout. Returns
     ``{(student, lab): score}``; raises RuntimeError listing any failures."""
@@ -273,12 +280,23 @@ def export_grades(csv_path: Path | str | None = None, root: Path | str = GRADING
                 except MissingEntry:
                     rows.append([student.id, assignment.name, "", assignment.max_score, "", "", "missing"])
                     continue
-                rows.append([student.id, assignment.name, sub.score, sub.max_score,
-                             sub.code_score + sub.written_score, sub.needs_manual_grade, "submitted"])
+                rows.append(
+                    [
+                        student.id,
+                        assignment.name,
+                        sub.score,
+                        sub.max_score,
+                        sub.code_score + sub.written_score,
+                        sub.needs_manual_grade,
+                        "submitted",
+                    ]
+                )
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     with open(csv_path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["student_id", "lab", "score", "max_score", "code_plus_written_score", "needs_manual_grade", "status"])
+        w.writerow(
+            ["student_id", "lab", "score", "max_score", "code_plus_written_score", "needs_manual_grade", "status"]
+        )
         w.writerows(rows)
     return csv_path
 

@@ -24,8 +24,19 @@ from typing import NamedTuple
 
 from lab_utils.grading.course import LABS_DIR, SOURCE_DIR
 
-__all__ = ["MIN_LENGTH", "ORDINARY_LINES", "Secret", "Leak", "normalize", "secret_lines", "course_secrets",
-           "source_notebooks", "student_files", "find_leaks", "check_student_environment"]
+__all__ = [
+    "MIN_LENGTH",
+    "ORDINARY_LINES",
+    "Secret",
+    "Leak",
+    "normalize",
+    "secret_lines",
+    "course_secrets",
+    "source_notebooks",
+    "student_files",
+    "find_leaks",
+    "check_student_environment",
+]
 
 #: Shorter lines (``return problems``, ``else:``) are too common to be a solution's fingerprint.
 MIN_LENGTH = 20
@@ -40,17 +51,17 @@ _BINARY_PROBE = 8192
 class Secret(NamedTuple):
     """A line of a solution or hidden-test region of an instructor notebook."""
 
-    line: str      # as compared (see normalize)
+    line: str  # as compared (see normalize)
     notebook: str  # file name, e.g. 02_ps_async.ipynb
-    cell: str      # the cell's nbgrader grade_id, else "cell <index>"
-    kind: str      # "solution" or "hidden tests"
+    cell: str  # the cell's nbgrader grade_id, else "cell <index>"
+    kind: str  # "solution" or "hidden tests"
 
 
 class Leak(NamedTuple):
     """A secret line found in a student file."""
 
     file: Path
-    where: str     # "line 12", or "cell 4, line 3" in a notebook
+    where: str  # "line 12", or "cell 4, line 3" in a notebook
     secret: Secret
 
     def __str__(self) -> str:
@@ -130,8 +141,11 @@ def course_secrets(source_notebooks: Iterable[Path | str]) -> dict[str, Secret]:
 def source_notebooks(source_dir: Path | str = SOURCE_DIR) -> list[Path]:
     """Every instructor notebook: ``source_dir/<lab>/<lab>.ipynb``."""
     source_dir = Path(source_dir)
-    return sorted(p / f"{p.name}.ipynb" for p in source_dir.iterdir() if (p / f"{p.name}.ipynb").is_file()) \
-        if source_dir.is_dir() else []
+    return (
+        sorted(p / f"{p.name}.ipynb" for p in source_dir.iterdir() if (p / f"{p.name}.ipynb").is_file())
+        if source_dir.is_dir()
+        else []
+    )
 
 
 def _package_dir(package_dir: Path | str | None) -> Path:
@@ -149,8 +163,11 @@ def student_files(package_dir: Path | str | None = None, labs_dir: Path | str | 
     for top in (_package_dir(package_dir), labs_dir):
         if top is None or not Path(top).is_dir():
             continue
-        files += [p for p in sorted(Path(top).rglob("*"))
-                  if p.is_file() and not _SKIP_DIRS & set(p.relative_to(top).parts[:-1])]
+        files += [
+            p
+            for p in sorted(Path(top).rglob("*"))
+            if p.is_file() and not _SKIP_DIRS & set(p.relative_to(top).parts[:-1])
+        ]
     return files
 
 
@@ -190,8 +207,9 @@ def find_leaks(student_files: Iterable[Path | str], source_notebooks: Iterable[P
     return leaks
 
 
-def check_student_environment(package_dir: Path | str | None = None, labs_dir: Path | str | None = LABS_DIR,
-                              source_dir: Path | str = SOURCE_DIR) -> list[str]:
+def check_student_environment(
+    package_dir: Path | str | None = None, labs_dir: Path | str | None = LABS_DIR, source_dir: Path | str = SOURCE_DIR
+) -> list[str]:
     """Problems with the student environment (empty: it holds no solution): leaked
     lines, and any ``train_*.py`` inside ``lab_utils`` (a complete lab answer)."""
     files = student_files(package_dir, labs_dir)

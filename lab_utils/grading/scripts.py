@@ -77,7 +77,8 @@ def _source_notebook(lab: str, root: Path) -> tuple[str, Path]:
     if not (root / "source").is_dir():
         raise FileNotFoundError(
             f"reference scripts exist only in the instructor's repository (no {root / 'source'} here): "
-            "they are extracted from the instructor notebooks, which are never installed for students")
+            "they are extracted from the instructor notebooks, which are never installed for students"
+        )
     name = resolve_labs([lab], source_labs(root))[0]  # ValueError naming the known labs
     notebook = root / "source" / name / f"{name}.ipynb"
     if not notebook.is_file():
@@ -96,8 +97,9 @@ def reference_script(lab: str, name: str, root: Path | str = GRADING_ROOT) -> Pa
     lab_name, notebook = _source_notebook(lab, root)
     scripts = writefile_scripts(notebook)
     if name not in scripts:
-        raise LookupError(f"{notebook.name} has no `%%writefile {name}` cell; it writes: "
-                          f"{', '.join(sorted(scripts)) or 'no files'}")
+        raise LookupError(
+            f"{notebook.name} has no `%%writefile {name}` cell; it writes: {', '.join(sorted(scripts)) or 'no files'}"
+        )
     path = root / REFERENCE_DIR / lab_name / name
     _write_if_changed(path, scripts[name])
     return path
@@ -136,4 +138,5 @@ def find_lab_script(name: str, lab: str, here: Path | str | None = None, root: P
     raise FileNotFoundError(
         f"{name} not found: looked for {', '.join(str(p) for p in candidates)}. It is the script you wrote in "
         f"{lab}: open {lab}/{lab}.ipynb and run its `%%writefile {name}` cell (Exercise 1), "
-        f"or copy your {name} next to this notebook.")
+        f"or copy your {name} next to this notebook."
+    )

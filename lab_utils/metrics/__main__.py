@@ -18,8 +18,10 @@ from lab_utils.metrics.sampler import Row, Sampler, role_of, validate_interval
 
 __all__ = ["main"]
 
-_HEADER = ("----total-cpu---- ---memory--- -net/total- -dsk/total-",
-           " usr  sys  idl  wai  used  avail  recv  send  read  writ")
+_HEADER = (
+    "----total-cpu---- ---memory--- -net/total- -dsk/total-",
+    " usr  sys  idl  wai  used  avail  recv  send  read  writ",
+)
 
 
 def _human(n: float) -> str:
@@ -35,15 +37,21 @@ def _host_cells(rows: list[Row]) -> str:
     for _, role, _task, metric, value in rows:
         if role == "host":
             v[metric] += value  # net: summed over interfaces (lo included)
-    return (f"{v['cpu_usr']:4.0f} {v['cpu_sys']:4.0f} {v['cpu_idl']:4.0f} {v['cpu_wai']:4.0f} "
-            f"{_human(v['mem_used']):>5} {_human(v['mem_available']):>6} {_human(v['net_recv']):>5} {_human(v['net_sent']):>5} "
-            f"{_human(v['disk_read']):>5} {_human(v['disk_write']):>5}")
+    return (
+        f"{v['cpu_usr']:4.0f} {v['cpu_sys']:4.0f} {v['cpu_idl']:4.0f} {v['cpu_wai']:4.0f} "
+        f"{_human(v['mem_used']):>5} {_human(v['mem_available']):>6} {_human(v['net_recv']):>5} {_human(v['net_sent']):>5} "
+        f"{_human(v['disk_read']):>5} {_human(v['disk_write']):>5}"
+    )
 
 
 def _task_cells(rows: list[Row], tasks: Sequence[str]) -> str:
     per = {(r[2], r[3]): r[4] for r in rows if r[1] not in ("host", "gpu")}
-    return "".join(f" {per.get((n, 'cpu_percent'), float('nan')):5.0f}/{_human(per.get((n, 'rss'), 0)):>6}"
-                   if (n, "rss") in per else f" {'gone':>12}" for n in tasks)
+    return "".join(
+        f" {per.get((n, 'cpu_percent'), float('nan')):5.0f}/{_human(per.get((n, 'rss'), 0)):>6}"
+        if (n, "rss") in per
+        else f" {'gone':>12}"
+        for n in tasks
+    )
 
 
 def _task_arg(text: str) -> tuple[str, int]:
@@ -58,12 +66,19 @@ def _task_arg(text: str) -> tuple[str, int]:
 
 
 def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, float]:
-    parser = argparse.ArgumentParser(prog="python -m lab_utils.metrics",
-                                     description="dstat-like host metrics (and per-task CPU/RSS with --task).")
+    parser = argparse.ArgumentParser(
+        prog="python -m lab_utils.metrics", description="dstat-like host metrics (and per-task CPU/RSS with --task)."
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between lines (0.1-60, default 1)")
     parser.add_argument("--count", type=int, default=None, help="stop after this many lines")
-    parser.add_argument("--task", type=_task_arg, action="append", default=[], metavar="NAME=PID",
-                        help="also show CPU %% and RSS of a task's process tree, e.g. worker:0=1234")
+    parser.add_argument(
+        "--task",
+        type=_task_arg,
+        action="append",
+        default=[],
+        metavar="NAME=PID",
+        help="also show CPU %% and RSS of a task's process tree, e.g. worker:0=1234",
+    )
     parser.add_argument("--csv", default=None, help="also write the tidy samples to this CSV file")
     args = parser.parse_args(argv)
     try:
@@ -99,7 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.csv:
         import pandas as pd
 
-        pd.DataFrame.from_records(all_rows, columns=["time", "role", "task", "metric", "value"]).to_csv(args.csv, index=False)
+        pd.DataFrame.from_records(all_rows, columns=["time", "role", "task", "metric", "value"]).to_csv(
+            args.csv, index=False
+        )
     return 0
 
 

@@ -65,9 +65,18 @@ class Monitor:
     (the summary's peaks and totals cover the whole run anyway).
     """
 
-    def __init__(self, tasks: TaskSource | None = None, *, cluster: Any = None, interval: float = 1.0,
-                 events: Any = None, max_samples: int = 3600, host: bool = True, gpu: bool = True,
-                 sampler: Sampler | None = None):
+    def __init__(
+        self,
+        tasks: TaskSource | None = None,
+        *,
+        cluster: Any = None,
+        interval: float = 1.0,
+        events: Any = None,
+        max_samples: int = 3600,
+        host: bool = True,
+        gpu: bool = True,
+        sampler: Sampler | None = None,
+    ):
         self.interval = validate_interval(interval)
         if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 2:
             raise ValueError(f"max_samples must be an integer >= 2, got {max_samples!r}")
@@ -76,8 +85,10 @@ class Monitor:
         self.cluster = cluster
         if cluster is not None:
             if not (callable(getattr(cluster, "task_pids", None)) or hasattr(cluster, "tasks")):
-                raise TypeError(f"cluster {type(cluster).__name__} has neither task_pids() nor tasks; "
-                                "pass tasks={'worker:0': pid, ...} instead")
+                raise TypeError(
+                    f"cluster {type(cluster).__name__} has neither task_pids() nor tasks; "
+                    "pass tasks={'worker:0': pid, ...} instead"
+                )
             tasks = self._cluster_pids
         self.sampler = sampler or Sampler(tasks, host=host, gpu=gpu)
         self._events = events
@@ -327,4 +338,5 @@ class Monitor:
 
     def _repr_html_(self) -> str:
         return f"<code>{html.escape(repr(self))}</code>" + (
-            f"<br><small>{html.escape('; '.join(self.notes))}</small>" if self.notes else "")
+            f"<br><small>{html.escape('; '.join(self.notes))}</small>" if self.notes else ""
+        )

@@ -55,28 +55,49 @@ class Metric:
     help: str
 
 
-METRICS: dict[str, Metric] = {m.name: m for m in [
-    Metric("cpu_percent", "% of one core", True, "task", "CPU time of the task's process tree / wall time"),
-    Metric("rss", "B", False, "task", "resident memory summed over the task's process tree (shared pages counted per process)"),
-    Metric("threads", "count", False, "task", "threads summed over the task's process tree"),
-    Metric("processes", "count", False, "task", "processes in the task's tree"),
-    Metric("task_gpu_mem", "B", False, "task", "GPU memory NVML attributes to the tree's pids"),
-    Metric("task_net_recv", "B/s", True, "task", "bytes received by the task's own network namespace (not lo); only when it has one"),
-    Metric("task_net_sent", "B/s", True, "task", "bytes sent by the task's own network namespace (not lo); only when it has one"),
-    Metric("cpu_usr", "% of all cores", True, "host", "host user + nice CPU time"),
-    Metric("cpu_sys", "% of all cores", True, "host", "host system + irq + softirq CPU time"),
-    Metric("cpu_idl", "% of all cores", True, "host", "host idle CPU time"),
-    Metric("cpu_wai", "% of all cores", True, "host", "host I/O wait CPU time"),
-    Metric("cpu_core_percent", "%", True, "host", "busy time of one core (task column: cpu<N>)"),
-    Metric("mem_used", "B", False, "host", "host memory used (psutil virtual_memory().used)"),
-    Metric("mem_available", "B", False, "host", "host memory available"),
-    Metric("net_recv", "B/s", True, "host", "bytes received per interface, host-level (task column: interface)"),
-    Metric("net_sent", "B/s", True, "host", "bytes sent per interface, host-level (task column: interface)"),
-    Metric("disk_read", "B/s", True, "host", "bytes read from all disks"),
-    Metric("disk_write", "B/s", True, "host", "bytes written to all disks"),
-    Metric("gpu_util", "%", False, "gpu", "GPU utilisation reported by NVML"),
-    Metric("gpu_mem_used", "B", False, "gpu", "GPU memory used reported by NVML"),
-]}
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in [
+        Metric("cpu_percent", "% of one core", True, "task", "CPU time of the task's process tree / wall time"),
+        Metric(
+            "rss",
+            "B",
+            False,
+            "task",
+            "resident memory summed over the task's process tree (shared pages counted per process)",
+        ),
+        Metric("threads", "count", False, "task", "threads summed over the task's process tree"),
+        Metric("processes", "count", False, "task", "processes in the task's tree"),
+        Metric("task_gpu_mem", "B", False, "task", "GPU memory NVML attributes to the tree's pids"),
+        Metric(
+            "task_net_recv",
+            "B/s",
+            True,
+            "task",
+            "bytes received by the task's own network namespace (not lo); only when it has one",
+        ),
+        Metric(
+            "task_net_sent",
+            "B/s",
+            True,
+            "task",
+            "bytes sent by the task's own network namespace (not lo); only when it has one",
+        ),
+        Metric("cpu_usr", "% of all cores", True, "host", "host user + nice CPU time"),
+        Metric("cpu_sys", "% of all cores", True, "host", "host system + irq + softirq CPU time"),
+        Metric("cpu_idl", "% of all cores", True, "host", "host idle CPU time"),
+        Metric("cpu_wai", "% of all cores", True, "host", "host I/O wait CPU time"),
+        Metric("cpu_core_percent", "%", True, "host", "busy time of one core (task column: cpu<N>)"),
+        Metric("mem_used", "B", False, "host", "host memory used (psutil virtual_memory().used)"),
+        Metric("mem_available", "B", False, "host", "host memory available"),
+        Metric("net_recv", "B/s", True, "host", "bytes received per interface, host-level (task column: interface)"),
+        Metric("net_sent", "B/s", True, "host", "bytes sent per interface, host-level (task column: interface)"),
+        Metric("disk_read", "B/s", True, "host", "bytes read from all disks"),
+        Metric("disk_write", "B/s", True, "host", "bytes written to all disks"),
+        Metric("gpu_util", "%", False, "gpu", "GPU utilisation reported by NVML"),
+        Metric("gpu_mem_used", "B", False, "gpu", "GPU memory used reported by NVML"),
+    ]
+}
 
 #: Roles a task name may carry: the part of ``role:index`` before ``:``. An
 #: MPI/Horovod job is sampled as ``rank:<r>`` once every rank has reported its pid
@@ -91,7 +112,9 @@ Row = tuple  # (time, role, task, metric, value)
 def validate_interval(interval: Any) -> float:
     """Sampling interval in seconds: 0.1 (10 Hz) to 60."""
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not math.isfinite(interval):
-        raise ValueError(f"interval must be a number of seconds between {MIN_INTERVAL} and {MAX_INTERVAL}, got {interval!r}")
+        raise ValueError(
+            f"interval must be a number of seconds between {MIN_INTERVAL} and {MAX_INTERVAL}, got {interval!r}"
+        )
     if interval <= 0 or interval > MAX_INTERVAL:
         raise ValueError(f"interval must be > 0 and <= {MAX_INTERVAL} seconds, got {interval!r}")
     if interval < MIN_INTERVAL:
@@ -264,12 +287,23 @@ class Sampler:
     ``wallclock``/``nvml``/``netns`` are injection points for the unit tests.
     """
 
-    def __init__(self, tasks: TaskSource | None = None, *, host: bool = True, gpu: bool = True,
-                 ps: Any = psutil, clock: Callable[[], float] = time.monotonic,
-                 wallclock: Callable[[], float] = time.time, nvml: Any = None, tree_refresh: float = 1.0,
-                 netns: Callable[[int], dict | None] | None = None):
+    def __init__(
+        self,
+        tasks: TaskSource | None = None,
+        *,
+        host: bool = True,
+        gpu: bool = True,
+        ps: Any = psutil,
+        clock: Callable[[], float] = time.monotonic,
+        wallclock: Callable[[], float] = time.time,
+        nvml: Any = None,
+        tree_refresh: float = 1.0,
+        netns: Callable[[int], dict | None] | None = None,
+    ):
         if tasks is not None and not callable(tasks) and not isinstance(tasks, Mapping):
-            raise TypeError(f"tasks must be a mapping {{task name: pid}} or a callable returning one, got {type(tasks).__name__}")
+            raise TypeError(
+                f"tasks must be a mapping {{task name: pid}} or a callable returning one, got {type(tasks).__name__}"
+            )
         if isinstance(tasks, Mapping):
             _validate_tasks(tasks)
         self._tasks, self.host, self.ps = tasks, host, ps
@@ -409,9 +443,11 @@ class Sampler:
                 r = self.counters.rate(("disk", metric), value, mono)
                 if r is not None:
                     rows.append(("disk", metric, r))
-        self.counters.forget_missing([(n, m) for n in nics for m in ("net_recv", "net_sent")]
-                                     + ([("disk", "disk_read"), ("disk", "disk_write")] if disk is not None else [])
-                                     + [k for k in self.counters.prev if k[1].startswith("task_")])
+        self.counters.forget_missing(
+            [(n, m) for n in nics for m in ("net_recv", "net_sent")]
+            + ([("disk", "disk_read"), ("disk", "disk_write")] if disk is not None else [])
+            + [k for k in self.counters.prev if k[1].startswith("task_")]
+        )
         return rows
 
     # -- one sample
@@ -429,7 +465,10 @@ class Sampler:
         tasks = self.task_pids()
         for name, pid in tasks.items():
             role = role_of(name)
-            rows += [(wall, role, name, metric, value) for metric, value in self._sample_task(name, pid, mono, wall, gpu_pids)]
+            rows += [
+                (wall, role, name, metric, value)
+                for metric, value in self._sample_task(name, pid, mono, wall, gpu_pids)
+            ]
         for name in [n for n in self._task_state if n not in tasks]:
             del self._task_state[name]
         for name in [n for n in self._trees if n not in tasks]:

@@ -27,16 +27,28 @@ from lab_utils.metrics.sampler import ROLES
 
 __all__ = ["event_files", "events_frame", "summary_table", "SUMMARY_COLUMNS", "SUMMARY_UNITS"]
 
-SUMMARY_COLUMNS = ["role", "Peak Mem", "Peak CPU", "Avg CPU", "Network R", "Network W", "network_scope",
-                   "Examples/s", "s/batch", "samples"]
+SUMMARY_COLUMNS = [
+    "role",
+    "Peak Mem",
+    "Peak CPU",
+    "Avg CPU",
+    "Network R",
+    "Network W",
+    "network_scope",
+    "Examples/s",
+    "s/batch",
+    "samples",
+]
 SUMMARY_UNITS = {
     "Peak Mem": "bytes (RSS summed over the task's process tree; total: peak of the sum)",
     "Peak CPU": "% of one core (200 = two busy cores); total: peak of the sum over tasks",
     "Avg CPU": "% of one core, mean over samples",
     "Network R": "bytes received during the run",
     "Network W": "bytes sent during the run",
-    "network_scope": ("task = the task's own network namespace or bytes it reports in its step events; "
-                      "host = host counters of all interfaces incl. lo (cannot be split per task)"),
+    "network_scope": (
+        "task = the task's own network namespace or bytes it reports in its step events; "
+        "host = host counters of all interfaces incl. lo (cannot be split per task)"
+    ),
     "Examples/s": "from the task's step events (examples delta / time delta)",
     "s/batch": "from the task's step events (time delta / step delta; local_step when reported)",
 }
@@ -132,7 +144,9 @@ def _task_row(task: str, agg: Mapping[tuple, list], t: Mapping[str, Any]) -> dic
         "Avg CPU": cpu[1] / cpu[2] if cpu and cpu[2] else nan,
         "Network R": t.get("Network R", nan),
         "Network W": t.get("Network W", nan),
-        "network_scope": t.get("scope", "task (reported by the task)") if per_task else "n/a (host-level only, see total)",
+        "network_scope": t.get("scope", "task (reported by the task)")
+        if per_task
+        else "n/a (host-level only, see total)",
         "Examples/s": t.get("Examples/s", nan),
         "s/batch": t.get("s/batch", nan),
         "samples": mem[2] if mem else 0,
@@ -158,16 +172,23 @@ def _total_row(df, agg: Mapping[tuple, list], host_bytes: Mapping[str, float], a
         "Peak Mem": mem[0] if mem else nan,
         "Peak CPU": cpu[0] if cpu else nan,
         "Avg CPU": cpu[1] / cpu[2] if cpu and cpu[2] else nan,
-        "Network R": net_r, "Network W": net_w, "network_scope": scope,
+        "Network R": net_r,
+        "Network W": net_w,
+        "network_scope": scope,
         "Examples/s": df["Examples/s"].sum(min_count=1),
         "s/batch": sb.mean() if len(sb) else nan,
         "samples": mem[2] if mem else 0,
     }
 
 
-def summary_table(agg: Mapping[tuple, list], host_bytes: Mapping[str, float], steps=None,
-                  start: float | None = None, end: float | None = None,
-                  task_bytes: Mapping[str, Mapping[str, float]] | None = None):
+def summary_table(
+    agg: Mapping[tuple, list],
+    host_bytes: Mapping[str, float],
+    steps=None,
+    start: float | None = None,
+    end: float | None = None,
+    task_bytes: Mapping[str, Mapping[str, float]] | None = None,
+):
     """The seeds' table per task plus ``total`` (index ``task``, columns :data:`SUMMARY_COLUMNS`,
     units in ``.attrs["units"]``).
 

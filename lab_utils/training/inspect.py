@@ -9,6 +9,7 @@ nothing connects) and prints one JSON line describing the variables, the ops,
 their devices and the session hooks. A script that fails exits non-zero with its
 traceback on stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,10 @@ def describe(build_graph, task, settings) -> dict:
         g = build_graph(task, settings)
         return {
             "variables": [{"name": v.op.name, "device": v.device} for v in tf.compat.v1.global_variables()],
-            "ops": [{"name": op.name, "type": op.type, "device": op.device,
-                     "inputs": [i.op.name for i in op.inputs]} for op in graph.get_operations()],
+            "ops": [
+                {"name": op.name, "type": op.type, "device": op.device, "inputs": [i.op.name for i in op.inputs]}
+                for op in graph.get_operations()
+            ],
             "loss_device": g.loss.device,
             "global_step_device": g.global_step.device,
             "x": [g.x.dtype.name, g.x.shape.as_list()],
@@ -76,8 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = json.loads(a.args)
     settings = ps.check_settings(a.mode, extra.pop("batch_size", 60), a.workers, **extra)
     # Names only: no server is started and nothing connects to these addresses.
-    cluster = {"ps": [f"ps{i}.invalid:1" for i in range(a.ps)],
-               "worker": [f"worker{i}.invalid:1" for i in range(a.workers)]}
+    cluster = {
+        "ps": [f"ps{i}.invalid:1" for i in range(a.ps)],
+        "worker": [f"worker{i}.invalid:1" for i in range(a.workers)],
+    }
     out = describe(module.build_graph, TaskConfig(cluster, "worker", a.index), settings)
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()

@@ -65,8 +65,10 @@ def load_shard(num_workers: int, index: int, batch_size: int, data=None) -> Shar
         data = load_mnist()
     x, y = shard((data.x_train, data.y_train), num_workers, index)
     if batch_size > len(y):
-        raise ValueError(f"batch_size={batch_size} is larger than this worker's shard "
-                         f"({len(y)} examples of {len(data.y_train)} over {num_workers} workers)")
+        raise ValueError(
+            f"batch_size={batch_size} is larger than this worker's shard "
+            f"({len(y)} examples of {len(data.y_train)} over {num_workers} workers)"
+        )
     return Shard(data, x, y)
 
 
@@ -182,14 +184,23 @@ def timings(stats: LoopStats, clock: Clock) -> dict:
         "exec_time": clock["end"] - clock["graph"],  # graph built -> session closed (the CS 744 "execution time")
         "train_time": train_time,  # the loop without the chief's evaluations
         "eval_time": stats.eval_time,
-        "startup_time": clock["ready"] - clock["start"],  # process start -> training starts (import, data, session, barrier)
+        "startup_time": clock["ready"]
+        - clock["start"],  # process start -> training starts (import, data, session, barrier)
         "barrier_wait": clock["ready"] - clock["session"],  # session open -> every worker ready
     }
 
 
-def report_result(head: Mapping[str, Any], stats: LoopStats, clock: Clock, tail: Mapping[str, Any] | None = None) -> dict:
+def report_result(
+    head: Mapping[str, Any], stats: LoopStats, clock: Clock, tail: Mapping[str, Any] | None = None
+) -> dict:
     """``head``, the loop's ``local_steps`` and ``examples``, the :func:`timings`,
     then ``tail``: reported with ``report.result`` and returned."""
-    result = {**head, "local_steps": stats.local_steps, "examples": stats.examples, **timings(stats, clock), **(tail or {})}
+    result = {
+        **head,
+        "local_steps": stats.local_steps,
+        "examples": stats.examples,
+        **timings(stats, clock),
+        **(tail or {}),
+    }
     report.result(**result)
     return result

@@ -133,6 +133,7 @@ maximum and total count. ``min == max == R`` and ``updates == global_step`` is
 the check for R = N; it fails if any update averaged more or fewer gradients.
 With backup workers (R < N) expect ``min == R <= max <= N``.
 """
+
 from __future__ import annotations
 
 import time
@@ -227,8 +228,9 @@ class GradientCounter:
             self.max = v1.get_variable("max", [], tf.int64, zeros, trainable=False)
             anchor = tf.no_op()  # on this worker: keep the push counter local, like SyncReplicasOptimizer's local_step
             with v1.colocate_with(anchor):
-                self._pushes = v1.Variable(0, dtype=tf.int64, trainable=False, name="pushes",
-                                           collections=[v1.GraphKeys.LOCAL_VARIABLES])
+                self._pushes = v1.Variable(
+                    0, dtype=tf.int64, trainable=False, name="pushes", collections=[v1.GraphKeys.LOCAL_VARIABLES]
+                )
 
     def gradient(self):
         """``(one_hot_at_a_slot_unique_to_this_push, slots_variable)`` to add to the gradients."""
@@ -273,8 +275,9 @@ class GradientCounter:
                 if len(counted) != 1:
                     raise ValueError("add counter.gradient() to the gradients passed to apply_gradients (once)")
                 with tf.control_dependencies([counter._record(counted[0])]):
-                    return self._inner.apply_gradients([(g, v) for g, v in pairs if v is not counter.slots],
-                                                       global_step=global_step, name=name)
+                    return self._inner.apply_gradients(
+                        [(g, v) for g, v in pairs if v is not counter.slots], global_step=global_step, name=name
+                    )
 
             def get_slot(self, *args, **kwargs):
                 return self._inner.get_slot(*args, **kwargs)
@@ -325,8 +328,12 @@ def start_barrier(task_index: int, num_workers: int):
     import tensorflow as tf
 
     with tf.device("/job:ps/task:0"):
-        queues = [tf.queue.FIFOQueue(num_workers, [tf.int32], shapes=[[]], shared_name=f"start_barrier_{j}",
-                                     name=f"start_barrier_{j}") for j in range(num_workers)]
+        queues = [
+            tf.queue.FIFOQueue(
+                num_workers, [tf.int32], shapes=[[]], shared_name=f"start_barrier_{j}", name=f"start_barrier_{j}"
+            )
+            for j in range(num_workers)
+        ]
         arrive = tf.group(*[q.enqueue(1) for j, q in enumerate(queues) if j != task_index])
         wait = queues[task_index].dequeue_many(num_workers - 1)
     return arrive, wait
@@ -395,8 +402,10 @@ def _meet_at_barrier(sess, barrier, task) -> None:
     try:
         sess.run(wait, options=tf.compat.v1.RunOptions(timeout_in_ms=int(SESSION_WAIT_SECS * 1000)))
     except tf.errors.DeadlineExceededError as exc:
-        raise RuntimeError(f"{task.task}: the other workers did not reach the start barrier within "
-                           f"{SESSION_WAIT_SECS:g} s (did one of them fail? see its log)") from exc
+        raise RuntimeError(
+            f"{task.task}: the other workers did not reach the start barrier within "
+            f"{SESSION_WAIT_SECS:g} s (did one of them fail? see its log)"
+        ) from exc
 
 
 def _train_step(sess, g: PSGraph, fetch, task, settings: Settings, target: int) -> loop.StepFn:
@@ -413,13 +422,15 @@ def _train_step(sess, g: PSGraph, fetch, task, settings: Settings, target: int) 
             raise RuntimeError(
                 f"{task.task}: a train step blocked for more than {settings.step_timeout:g} s at local step "
                 f"{at.local_steps} (global step {at.step} of {target}); in sync mode this means no token came: "
-                "the chief's queue runner stopped or too few workers are pushing gradients") from exc
+                "the chief's queue runner stopped or too few workers are pushing gradients"
+            ) from exc
         except tf.errors.OutOfRangeError as exc:
             # MonitoredSession.__exit__ would swallow this and end the run early as if it had finished.
             raise RuntimeError(
                 f"{task.task}: a queue on the PS was closed at local step {at.local_steps} (global step {at.step} of "
                 f"{target}); in sync mode the chief stopped and closed the token queue before this worker "
-                "got its last token") from exc
+                "got its last token"
+            ) from exc
 
     return step
 
@@ -487,16 +498,24 @@ def train_worker(task, settings: Settings, *, build: Callable[[Any, Settings], P
         clock.mark("graph")
         test_feed = {g.x: shard.data.x_test, g.y: shard.data.y_test}
         staleness = _Staleness() if settings.mode == "async" else None
-        with v1.train.MonitoredSession(session_creator=session_creator(task, server.target, config),
-                                       hooks=g.hooks, stop_grace_period_secs=STOP_GRACE_PERIOD_SECS) as sess:
+        with v1.train.MonitoredSession(
+            session_creator=session_creator(task, server.target, config),
+            hooks=g.hooks,
+            stop_grace_period_secs=STOP_GRACE_PERIOD_SECS,
+        ) as sess:
             clock.mark("session")
             _meet_at_barrier(sess, barrier, task)
             stats = loop.run_steps(
                 _train_step(sess, g, fetch, task, settings, target),
-                shard.batches(settings.batch_size, settings.seed * 1000 + task.index), target,
-                clock=clock, global_step=lambda: sess.run(g.global_step),
+                shard.batches(settings.batch_size, settings.seed * 1000 + task.index),
+                target,
+                clock=clock,
+                global_step=lambda: sess.run(g.global_step),
                 evaluate=(lambda: sess.run(g.accuracy, feed_dict=test_feed)) if task.is_chief else None,
-                eval_every=settings.eval_every, before_step=lambda: straggle(delay), extra=staleness)
+                eval_every=settings.eval_every,
+                before_step=lambda: straggle(delay),
+                extra=staleness,
+            )
             head, tail = _result_fields(sess, g, task, settings, target, test_feed)
     clock.mark("end")
     if staleness is not None:

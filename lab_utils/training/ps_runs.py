@@ -22,6 +22,7 @@ and says where everything was placed (the visible tests of Exercise 1). Nothing
 here is needed to *understand* the training; it keeps the notebooks free of
 plumbing.
 """
+
 from __future__ import annotations
 
 import html
@@ -40,8 +41,18 @@ from lab_utils import plots
 from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError, TFCluster, tasks_that_fit
 from lab_utils.resources import available_memory_bytes, usable_cores
 
-__all__ = ["fit_workers", "inspect_graph", "run_ps", "PSRun", "compare", "exec_time_table", "dstat_compare",
-           "plot_accuracy", "sweep_table", "LOOP_COLUMN"]
+__all__ = [
+    "fit_workers",
+    "inspect_graph",
+    "run_ps",
+    "PSRun",
+    "compare",
+    "exec_time_table",
+    "dstat_compare",
+    "plot_accuracy",
+    "sweep_table",
+    "LOOP_COLUMN",
+]
 
 #: Most workers per usable core before the cluster is scaled down: beyond two, the
 #: tasks only take turns on the CPU and the run measures the scheduler, not the PS.
@@ -51,8 +62,14 @@ LOOP_COLUMN = "Training Loop (seconds)"
 MB = 1024**2
 
 
-def fit_workers(requested: int, ps: int = 1, *, memory_per_task: int | None = None,
-                available: int | None = None, cores: int | None = None) -> int:
+def fit_workers(
+    requested: int,
+    ps: int = 1,
+    *,
+    memory_per_task: int | None = None,
+    available: int | None = None,
+    cores: int | None = None,
+) -> int:
     """The largest worker count <= ``requested`` that this machine allows.
 
     Memory: ``ps + workers`` TensorFlow tasks must fit in the memory available
@@ -70,7 +87,8 @@ def fit_workers(requested: int, ps: int = 1, *, memory_per_task: int | None = No
         raise ResourceError(
             f"not even 1 PS + 1 worker fits: {ps + 1} TensorFlow tasks need about {(ps + 1) * per_task / MB:,.0f} MB, "
             f"{avail / MB:,.0f} MB are available under this session's limit; close other notebooks "
-            "(Kernel > Shut Down Kernel) or run `python -m lab_utils reap`")
+            "(Kernel > Shut Down Kernel) or run `python -m lab_utils reap`"
+        )
     by_cores = max(1, WORKERS_PER_CORE * cores)
     fit = min(requested, by_memory, by_cores)
     if fit < requested:
@@ -83,19 +101,17 @@ def fit_workers(requested: int, ps: int = 1, *, memory_per_task: int | None = No
     return fit
 
 
-
-
 @dataclass
 class PSRun:
     """What one parameter-server run reported. Build it with :func:`run_ps`."""
 
     label: str
-    results: dict[str, dict]              # worker task -> its result dict (training.ps.train_worker)
-    events: pd.DataFrame                  # step events of every worker
-    wall_time: float                      # launch -> every task exited (s)
-    started: float                        # time.time() at launch
+    results: dict[str, dict]  # worker task -> its result dict (training.ps.train_worker)
+    events: pd.DataFrame  # step events of every worker
+    wall_time: float  # launch -> every task exited (s)
+    started: float  # time.time() at launch
     args: dict = field(default_factory=dict)
-    monitor: Any = None                   # lab_utils.metrics.Monitor, or None
+    monitor: Any = None  # lab_utils.metrics.Monitor, or None
     run_dir: str | None = None
 
     # -- scalars
@@ -162,8 +178,10 @@ class PSRun:
         rows = []
         if "accuracy" in ev.columns:
             part = ev.dropna(subset=["accuracy"])
-            rows = [{"time": t - self.started, "global_step": s, "accuracy": a}
-                    for t, s, a in zip(part["time"], part["step"], part["accuracy"], strict=True)]
+            rows = [
+                {"time": t - self.started, "global_step": s, "accuracy": a}
+                for t, s, a in zip(part["time"], part["step"], part["accuracy"], strict=True)
+            ]
         chief = self._chief()
         rows.append({"time": self.wall_time, "global_step": chief["final_global_step"], "accuracy": chief["accuracy"]})
         out = pd.DataFrame(rows, columns=cols)
@@ -181,15 +199,17 @@ class PSRun:
             raise ValueError("this run was made with monitor=False: no metrics to tabulate")
         s = self.monitor.summary()
         duration = max(1e-9, (self.monitor.stop_time or time.time()) - self.monitor.start_time)
-        out = pd.DataFrame({
-            "Max CPU (%)": s["Peak CPU"],
-            "Avg CPU (%)": s["Avg CPU"],
-            "Memory (MB)": s["Peak Mem"] / MB,
-            "Total Read (MB)": s["Network R"] / MB,
-            "Total Write (MB)": s["Network W"] / MB,
-            "Avg Read (MB/s)": s["Network R"] / MB / duration,
-            "Avg Write (MB/s)": s["Network W"] / MB / duration,
-        })
+        out = pd.DataFrame(
+            {
+                "Max CPU (%)": s["Peak CPU"],
+                "Avg CPU (%)": s["Avg CPU"],
+                "Memory (MB)": s["Peak Mem"] / MB,
+                "Total Read (MB)": s["Network R"] / MB,
+                "Total Write (MB)": s["Network W"] / MB,
+                "Avg Read (MB/s)": s["Network R"] / MB / duration,
+                "Avg Write (MB/s)": s["Network W"] / MB / duration,
+            }
+        )
         out.index.name = "task"
         out.attrs["network_scope"] = s.attrs.get("network_scope")
         out.attrs["seconds"] = duration
@@ -197,14 +217,18 @@ class PSRun:
 
     # -- display
     def __repr__(self) -> str:
-        return (f"<PSRun {self.label!r}: {self.mode}, {self.workers} workers, batch {self.batch_size}, "
-                f"global step {self.final_global_step}, accuracy {self.accuracy:.4f}, {self.wall_time:.1f} s>")
+        return (
+            f"<PSRun {self.label!r}: {self.mode}, {self.workers} workers, batch {self.batch_size}, "
+            f"global step {self.final_global_step}, accuracy {self.accuracy:.4f}, {self.wall_time:.1f} s>"
+        )
 
     def _repr_html_(self) -> str:
-        return (f"<b>{html.escape(self.label)}</b>: {html.escape(self.mode)}, {self.workers} workers, "
-                f"batch {self.batch_size}, final global step {self.final_global_step}, "
-                f"test accuracy <b>{self.accuracy:.4f}</b>, {self.examples_per_sec:,.0f} examples/s, "
-                f"{self.wall_time:.1f} s wall" + self.workers_table().to_html(float_format="%.3f"))
+        return (
+            f"<b>{html.escape(self.label)}</b>: {html.escape(self.mode)}, {self.workers} workers, "
+            f"batch {self.batch_size}, final global step {self.final_global_step}, "
+            f"test accuracy <b>{self.accuracy:.4f}</b>, {self.examples_per_sec:,.0f} examples/s, "
+            f"{self.wall_time:.1f} s wall" + self.workers_table().to_html(float_format="%.3f")
+        )
 
 
 def _task_key(task: str) -> tuple:
@@ -212,8 +236,16 @@ def _task_key(task: str) -> tuple:
     return role, int(index) if index.isdigit() else 0
 
 
-def inspect_graph(script: str | os.PathLike, *, mode: str, workers: int = 2, ps: int = 1, index: int = 0,
-                  args: Mapping[str, Any] | None = None, timeout: float = 120) -> dict:
+def inspect_graph(
+    script: str | os.PathLike,
+    *,
+    mode: str,
+    workers: int = 2,
+    ps: int = 1,
+    index: int = 0,
+    args: Mapping[str, Any] | None = None,
+    timeout: float = 120,
+) -> dict:
     """Build ``script``'s ``build_graph(task, settings)`` for ``worker:<index>`` of a
     ``ps`` + ``workers`` cluster *in a separate Python process* (no server is
     started, nothing connects) and describe where everything was placed.
@@ -224,8 +256,22 @@ def inspect_graph(script: str | os.PathLike, *, mode: str, workers: int = 2, ps:
     "loss_device", "global_step_device", "x": [dtype, shape], "y": [dtype, shape],
     "hooks": [{type, is_chief, num_tokens, replicas_to_aggregate, total_num_replicas}]}``.
     Raises RuntimeError with the end of the script's error output if it fails."""
-    cmd = [sys.executable, "-m", "lab_utils.training.inspect", str(script), "--mode", mode,
-           "--workers", str(workers), "--ps", str(ps), "--index", str(index), "--args", json.dumps(dict(args or {}))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "lab_utils.training.inspect",
+        str(script),
+        "--mode",
+        mode,
+        "--workers",
+        str(workers),
+        "--ps",
+        str(ps),
+        "--index",
+        str(index),
+        "--args",
+        json.dumps(dict(args or {})),
+    ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -233,13 +279,23 @@ def inspect_graph(script: str | os.PathLike, *, mode: str, workers: int = 2, ps:
         raise RuntimeError(f"building the graph of {script} took more than {timeout:g} s") from None
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise RuntimeError(f"building the graph of {script} for worker:{index} failed (exit {proc.returncode}):\n{tail}")
+        raise RuntimeError(
+            f"building the graph of {script} for worker:{index} failed (exit {proc.returncode}):\n{tail}"
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_ps(script: str | os.PathLike, *, workers: int = 2, args: Mapping[str, Any] | None = None,
-           monitor: bool = True, interval: float = 0.5, timeout: float = 600, progress: bool = True,
-           label: str | None = None) -> PSRun:
+def run_ps(
+    script: str | os.PathLike,
+    *,
+    workers: int = 2,
+    args: Mapping[str, Any] | None = None,
+    monitor: bool = True,
+    interval: float = 0.5,
+    timeout: float = 600,
+    progress: bool = True,
+    label: str | None = None,
+) -> PSRun:
     """Train with 1 PS + ``workers`` workers running ``script`` (every task runs the
     same file; ``TF_CONFIG`` tells each which task it is) and collect the results.
 
@@ -265,14 +321,24 @@ def run_ps(script: str | os.PathLike, *, workers: int = 2, args: Mapping[str, An
     results = {task: r for task, r in cluster.results().items() if task.startswith("worker:")}
     missing = [f"worker:{i}" for i in range(workers) if f"worker:{i}" not in results]
     if missing:
-        raise RuntimeError(f"{', '.join(missing)} exited 0 without reporting a result (does the script call "
-                           f"lab_utils.training.ps.train_worker or report.result?); logs in {cluster.run_dir}")
+        raise RuntimeError(
+            f"{', '.join(missing)} exited 0 without reporting a result (does the script call "
+            f"lab_utils.training.ps.train_worker or report.result?); logs in {cluster.run_dir}"
+        )
     events = pd.DataFrame.from_records(cluster.events("step"))
     if events.empty:
         events = pd.DataFrame(columns=["time", "task", "step", "examples"])
     name = label or f"{results['worker:0'].get('mode', '?')} W={workers} batch={results['worker:0'].get('batch_size')}"
-    return PSRun(label=name, results=results, events=events, wall_time=wall, started=started, args=args,
-                 monitor=mon, run_dir=str(cluster.run_dir))
+    return PSRun(
+        label=name,
+        results=results,
+        events=events,
+        wall_time=wall,
+        started=started,
+        args=args,
+        monitor=mon,
+        run_dir=str(cluster.run_dir),
+    )
 
 
 def compare(runs: Sequence[PSRun]) -> pd.DataFrame:
@@ -280,26 +346,33 @@ def compare(runs: Sequence[PSRun]) -> pd.DataFrame:
     rows = []
     for r in runs:
         exec_times = [x["exec_time"] for x in r.results.values()]
-        rows.append({
-            "run": r.label,
-            "mode": r.mode,
-            "workers": r.workers,
-            "batch size": r.batch_size,
-            "global steps": r.final_global_step,
-            "test accuracy": r.accuracy,
-            "exec time mean (s)": sum(exec_times) / len(exec_times),
-            "exec time spread (s)": max(exec_times) - min(exec_times),
-            "wall time (s)": r.wall_time,
-            "examples/s": r.examples_per_sec,
-        })
+        rows.append(
+            {
+                "run": r.label,
+                "mode": r.mode,
+                "workers": r.workers,
+                "batch size": r.batch_size,
+                "global steps": r.final_global_step,
+                "test accuracy": r.accuracy,
+                "exec time mean (s)": sum(exec_times) / len(exec_times),
+                "exec time spread (s)": max(exec_times) - min(exec_times),
+                "wall time (s)": r.wall_time,
+                "examples/s": r.examples_per_sec,
+            }
+        )
     return pd.DataFrame(rows).set_index("run")
 
 
 def exec_time_table(runs: Sequence[PSRun]) -> pd.DataFrame:
     """The CS 744 Tables 3 and 4: execution time (the slowest worker's, graph built
     to session closed) for each batch size."""
-    rows = [{"Batch Size": r.batch_size, "Execution Time (seconds)": round(max(x["exec_time"] for x in r.results.values()), 2)}
-            for r in runs]
+    rows = [
+        {
+            "Batch Size": r.batch_size,
+            "Execution Time (seconds)": round(max(x["exec_time"] for x in r.results.values()), 2),
+        }
+        for r in runs
+    ]
     return pd.DataFrame(rows).sort_values("Batch Size").reset_index(drop=True)
 
 

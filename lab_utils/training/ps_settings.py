@@ -69,7 +69,9 @@ def parse_straggler(spec: str | Mapping[str, float] | None) -> dict[str, float]:
             try:
                 seconds = float(value) * scale
             except ValueError:
-                raise ValueError(f"straggler delay for {name!r} must be a number of seconds (or '50ms'), got {value!r}") from None
+                raise ValueError(
+                    f"straggler delay for {name!r} must be a number of seconds (or '50ms'), got {value!r}"
+                ) from None
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             seconds = float(value)
         else:
@@ -115,12 +117,18 @@ def check_settings(
         if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not math.isfinite(epochs) or epochs <= 0:
             raise ValueError(f"epochs must be a number > 0, got {epochs!r}")
         epochs = float(epochs)
-    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) \
-            or not math.isfinite(learning_rate) or learning_rate <= 0:
+    if (
+        isinstance(learning_rate, bool)
+        or not isinstance(learning_rate, (int, float))
+        or not math.isfinite(learning_rate)
+        or learning_rate <= 0
+    ):
         raise ValueError(f"learning_rate must be a number > 0, got {learning_rate!r}")
     if replicas_to_aggregate is not None:
         if mode != "sync":
-            raise ValueError("replicas_to_aggregate only applies to mode='sync' (asynchronous updates are never aggregated)")
+            raise ValueError(
+                "replicas_to_aggregate only applies to mode='sync' (asynchronous updates are never aggregated)"
+            )
         replicas_to_aggregate = _int("replicas_to_aggregate", replicas_to_aggregate, 1)
         if replicas_to_aggregate > num_workers:
             raise ValueError(
@@ -136,8 +144,19 @@ def check_settings(
     seed = _int("seed", seed, 0)
     if isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float)) or not step_timeout > 0:
         raise ValueError(f"step_timeout must be a number of seconds > 0, got {step_timeout!r}")
-    return Settings(mode, batch_size, num_workers, epochs, steps, float(learning_rate), replicas_to_aggregate,
-                    delays, eval_every, seed, float(step_timeout))
+    return Settings(
+        mode,
+        batch_size,
+        num_workers,
+        epochs,
+        steps,
+        float(learning_rate),
+        replicas_to_aggregate,
+        delays,
+        eval_every,
+        seed,
+        float(step_timeout),
+    )
 
 
 def steps_per_epoch(n_train: int, batch_size: int) -> int:
@@ -165,20 +184,39 @@ def make_parser(mode: str, description: str | None = None) -> argparse.ArgumentP
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--batch-size", type=int, default=60, help="examples per worker step (default 60)")
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=float, default=None,
-                        help="passes over the training set; 1 epoch = ceil(n_train/batch) global steps (default 1)")
+    length.add_argument(
+        "--epochs",
+        type=float,
+        default=None,
+        help="passes over the training set; 1 epoch = ceil(n_train/batch) global steps (default 1)",
+    )
     length.add_argument("--steps", type=int, default=None, help="target global step (instead of --epochs)")
     p.add_argument("--learning-rate", type=float, default=0.5, help="gradient-descent learning rate (default 0.5)")
     if mode == "sync":
-        p.add_argument("--replicas-to-aggregate", type=int, default=None,
-                       help="gradients averaged per global step (default: number of workers)")
-    p.add_argument("--straggler", default=None,
-                   help="slow one worker down, e.g. 'worker:1=0.05' (seconds per step) or 'worker:1=50ms'")
-    p.add_argument("--eval-every", type=int, default=50,
-                   help="global steps between test evaluations on the chief (0: only at the end)")
+        p.add_argument(
+            "--replicas-to-aggregate",
+            type=int,
+            default=None,
+            help="gradients averaged per global step (default: number of workers)",
+        )
+    p.add_argument(
+        "--straggler",
+        default=None,
+        help="slow one worker down, e.g. 'worker:1=0.05' (seconds per step) or 'worker:1=50ms'",
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=50,
+        help="global steps between test evaluations on the chief (0: only at the end)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--step-timeout", type=float, default=STEP_TIMEOUT_SECS,
-                   help="seconds one train step may block before the run fails (default 60)")
+    p.add_argument(
+        "--step-timeout",
+        type=float,
+        default=STEP_TIMEOUT_SECS,
+        help="seconds one train step may block before the run fails (default 60)",
+    )
     return p
 
 
@@ -198,9 +236,17 @@ def parse_args(mode: str, argv=None, description: str | None = None, env: Mappin
         args.epochs = 1.0
     try:
         settings = check_settings(
-            mode, args.batch_size, len(task.cluster.get("worker", [])), epochs=args.epochs, steps=args.steps,
-            learning_rate=args.learning_rate, replicas_to_aggregate=getattr(args, "replicas_to_aggregate", None),
-            straggler=args.straggler, eval_every=args.eval_every, seed=args.seed, step_timeout=args.step_timeout,
+            mode,
+            args.batch_size,
+            len(task.cluster.get("worker", [])),
+            epochs=args.epochs,
+            steps=args.steps,
+            learning_rate=args.learning_rate,
+            replicas_to_aggregate=getattr(args, "replicas_to_aggregate", None),
+            straggler=args.straggler,
+            eval_every=args.eval_every,
+            seed=args.seed,
+            step_timeout=args.step_timeout,
         )
     except (ValueError, TypeError) as exc:
         parser.error(str(exc))

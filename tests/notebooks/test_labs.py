@@ -2,6 +2,7 @@
 output, nothing left running), nbgrader round trip in a temporary course (the source
 scores full marks, the blank release 0 without crashing the grader), and the committed
 student release checked against the source."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,11 @@ def _nbgrader(cell) -> dict:
 
 def _autograded_points(nb) -> dict[str, float]:
     """grade_id -> points of the autograded test cells (grade, not solution)."""
-    return {_nbgrader(c)["grade_id"]: float(_nbgrader(c)["points"]) for c in nb.cells
-            if _nbgrader(c).get("grade") and not _nbgrader(c).get("solution")}
+    return {
+        _nbgrader(c)["grade_id"]: float(_nbgrader(c)["points"])
+        for c in nb.cells
+        if _nbgrader(c).get("grade") and not _nbgrader(c).get("solution")
+    }
 
 
 def _stderr_or_errors(nb, only_graded=False):
@@ -59,8 +63,13 @@ def _stderr_or_errors(nb, only_graded=False):
 
 
 def _printed(nb) -> str:
-    return "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                   for out in cell.get("outputs", []) if out.output_type == "stream")
+    return "".join(
+        out.get("text", "")
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.output_type == "stream"
+    )
 
 
 def _processes_mentioning(path: Path) -> list[str]:
@@ -89,8 +98,13 @@ def lab(request):
 @pytest.fixture(scope="module")
 def ci_run(lab, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"run-{lab}")
-    proc = subprocess.run([sys.executable, "-m", "lab_utils.run_labs", "--labs", lab[:2], "--out", str(out),
-                           "--no-progress"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lab_utils.run_labs", "--labs", lab[:2], "--out", str(out), "--no-progress"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     _assert_nothing_left(out)
     return proc, out
 
@@ -181,7 +195,7 @@ def test_grades_csv_and_feedback(lab, course):
     html = grading.feedback([lab], root)
     assert {p.parent.parent.name for p in html} == {"solution", "blank"}
     solution = next(p for p in html if p.parent.parent.name == "solution").read_text()
-    assert "visible tests passed" in solution       # test cells and their outputs are there
+    assert "visible tests passed" in solution  # test cells and their outputs are there
     assert "HIDDEN TESTS" not in solution and "_checks" not in solution  # the hidden tests' source is not
 
 

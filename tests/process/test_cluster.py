@@ -4,11 +4,11 @@ TensorFlow tasks cost about 4 s CPU each to import, so only the acceptance
 scenarios that are about TensorFlow use ``cluster_tf_task.py``; the others use
 ``cluster_task.py``, a stand-in that binds its port and reports like a TF task.
 """
+
 from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,8 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lab_utils.cluster import hosts, job
-from lab_utils.cluster import BIND_FAILED_EXIT, ClusterError, TFCluster, reap
+from lab_utils.cluster import BIND_FAILED_EXIT, ClusterError, TFCluster, hosts, job, reap
 
 pytestmark = pytest.mark.process
 
@@ -120,9 +119,14 @@ def test_kernel_sigkill_leaves_no_child():
 
 
 def test_four_clusters_at_once_from_four_processes():
-    kernels = [subprocess.Popen([sys.executable, KERNEL, "--script", "cluster_tf_task.py", "--wait",
-                                 "--args", json.dumps({"steps": 3})], stdout=subprocess.PIPE, text=True)
-               for _ in range(4)]
+    kernels = [
+        subprocess.Popen(
+            [sys.executable, KERNEL, "--script", "cluster_tf_task.py", "--wait", "--args", json.dumps({"steps": 3})],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     outs = []
     for k in kernels:
         out, _ = k.communicate(timeout=300)
@@ -170,11 +174,17 @@ def test_guard_kills_grandchildren_in_other_sessions_when_parent_dies(tmp_path):
         "subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()'], start_new_session=True)\n"
         "signal.pause()\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c",
-                               "import subprocess, sys; p = subprocess.Popen([sys.executable, '-m', 'lab_utils._guard', "
-                               "'--parent', str(__import__('os').getpid()), '--grace', '1', '--', sys.executable, '-c', "
-                               f"{script!r}], start_new_session=True); print(p.pid, flush=True); p.wait()"],
-                              stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; p = subprocess.Popen([sys.executable, '-m', 'lab_utils._guard', "
+            "'--parent', str(__import__('os').getpid()), '--grace', '1', '--', sys.executable, '-c', "
+            f"{script!r}], start_new_session=True); print(p.pid, flush=True); p.wait()",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     guard_pid = int(parent.stdout.readline())
     deadline = time.monotonic() + 10
     while len(tree(guard_pid)) < 3 and time.monotonic() < deadline:
@@ -208,8 +218,15 @@ def test_interrupt_stops_cluster_and_reraises(monkeypatch):
 def test_run_timeout_ends_a_hung_run():
     t0 = time.monotonic()
     with pytest.raises(ClusterError, match="run timeout") as info:
-        with TFCluster(ps=1, workers=2, script=FAKE, args={"hang_task": "worker:1"}, memory_per_task=SMALL,
-                       timeout=2, progress=False) as c:
+        with TFCluster(
+            ps=1,
+            workers=2,
+            script=FAKE,
+            args={"hang_task": "worker:1"},
+            memory_per_task=SMALL,
+            timeout=2,
+            progress=False,
+        ) as c:
             c.wait()
     assert info.value.task == "worker:1"
     assert time.monotonic() - t0 < 10
@@ -217,8 +234,15 @@ def test_run_timeout_ends_a_hung_run():
 
 def test_ready_timeout_names_the_task_and_shows_its_log():
     with pytest.raises(ClusterError, match="did not report ready") as info:
-        with TFCluster(ps=1, workers=1, script=FAKE, args={"no_ready": True}, memory_per_task=SMALL,
-                       ready_timeout=1.5, progress=False):
+        with TFCluster(
+            ps=1,
+            workers=1,
+            script=FAKE,
+            args={"no_ready": True},
+            memory_per_task=SMALL,
+            ready_timeout=1.5,
+            progress=False,
+        ):
             pass
     assert "will never report ready" in info.value.log_tail
 
@@ -276,9 +300,14 @@ def test_start_server_reports_bind_failure_with_exit_75(tmp_path):
     taken.listen()
     port = taken.getsockname()[1]
     events = tmp_path / "ps-0.jsonl"
-    env = dict(os.environ, LABS_TASK="ps:0", LABS_REPORT_FILE=str(events),
-               TF_CONFIG=json.dumps({"cluster": {"ps": [f"localhost:{port}"], "worker": ["localhost:1"]},
-                                     "task": {"type": "ps", "index": 0}}))
+    env = dict(
+        os.environ,
+        LABS_TASK="ps:0",
+        LABS_REPORT_FILE=str(events),
+        TF_CONFIG=json.dumps(
+            {"cluster": {"ps": [f"localhost:{port}"], "worker": ["localhost:1"]}, "task": {"type": "ps", "index": 0}}
+        ),
+    )
     try:
         out = subprocess.run([sys.executable, TF], env=env, capture_output=True, text=True, timeout=120)
     finally:

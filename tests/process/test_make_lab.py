@@ -1,4 +1,5 @@
 """`make lab`: JupyterLab answers 200 on /lab with its token, logs no error, stops on Ctrl-C."""
+
 import os
 import re
 import signal
@@ -38,17 +39,27 @@ def test_make_lab_serves_and_stops_on_ctrl_c(tmp_path):
     with open(log, "wb") as fh:
         # Ctrl-C semantics as in a terminal: SIGINT at its default disposition (a test runner
         # started in the background can hand down "ignored", which would hide make's behaviour).
-        proc = subprocess.Popen(["make", "-s", "lab"], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True, restore_signals=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        proc = subprocess.Popen(
+            ["make", "-s", "lab"],
+            cwd=ROOT,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            restore_signals=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
-        url, port = _wait_for(lambda: (m := URL.search(log.read_text(errors="replace"))) and m.groups(),
-                              180, "the JupyterLab URL in the log")
+        url, port = _wait_for(
+            lambda: (m := URL.search(log.read_text(errors="replace"))) and m.groups(),
+            180,
+            "the JupyterLab URL in the log",
+        )
         assert port != "0"
         with urllib.request.urlopen(url, timeout=30) as resp:
             assert resp.status == 200
             assert b"JupyterLab" in resp.read()
-        os.killpg(proc.pid, signal.SIGINT)          # what Ctrl-C in the terminal sends
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
         # make itself re-raises SIGINT after its recipe ended (the shell shows 130); JupyterLab
         # must have shut down cleanly (checked in its log below) and nothing may be left.
         assert proc.wait(timeout=30) in (0, -signal.SIGINT)

@@ -1,5 +1,6 @@
 """lab_utils.metrics against real processes: a 1 PS + 2 worker TensorFlow cluster
 (lab_utils.cluster.TFCluster) and a plain-subprocess stand-in. Nothing may leak."""
+
 from __future__ import annotations
 
 import subprocess
@@ -65,8 +66,9 @@ def check_roles_and_summary(mon: Monitor, tasks=("ps:0", "worker:0", "worker:1")
 def test_real_tf_cluster_one_ps_two_workers():
     from lab_utils.cluster import TFCluster  # the colleague's module; this test depends on it
 
-    with TFCluster(ps=1, workers=2, script=str(FIX / "metrics_tf_task.py"), args={"seconds": 6},
-                   progress=False, timeout=180) as cluster:
+    with TFCluster(
+        ps=1, workers=2, script=str(FIX / "metrics_tf_task.py"), args={"seconds": 6}, progress=False, timeout=180
+    ) as cluster:
         with Monitor(cluster=cluster, interval=0.25) as mon:
             cluster.wait()
     s = check_roles_and_summary(mon)
@@ -91,13 +93,22 @@ def test_plain_subprocess_stand_in_idle_ps_busy_workers(tmp_path):
     workers = []
     try:
         for i in range(2):
-            env = {**__import__("os").environ, "LABS_TASK": f"worker:{i}",
-                   "LABS_REPORT_FILE": str(tmp_path / f"worker-{i}.jsonl")}
+            env = {
+                **__import__("os").environ,
+                "LABS_TASK": f"worker:{i}",
+                "LABS_REPORT_FILE": str(tmp_path / f"worker-{i}.jsonl"),
+            }
             workers.append(subprocess.Popen([sys.executable, "-c", BURN, "30"], env=env))
         tasks = {"ps:0": ps.pid, **{f"worker:{i}": w.pid for i, w in enumerate(workers)}}
         with Monitor(tasks, interval=0.2, events=tmp_path) as mon:
-            wait_for(lambda: mon.sampler.samples >= 12 and all(report.read_events(tmp_path / f"worker-{i}.jsonl", "step")
-                                                               for i in range(2)), 30, "12 samples and step events")
+            wait_for(
+                lambda: (
+                    mon.sampler.samples >= 12
+                    and all(report.read_events(tmp_path / f"worker-{i}.jsonl", "step") for i in range(2))
+                ),
+                30,
+                "12 samples and step events",
+            )
             workers[0].kill()  # a task that exits while being sampled
             workers[0].wait()
             wait_for(lambda: "worker:0" in mon.sampler.exited, 10, "worker:0 seen as exited")
@@ -110,14 +121,14 @@ def test_plain_subprocess_stand_in_idle_ps_busy_workers(tmp_path):
     assert s.loc["worker:1", "Examples/s"] > 0
 
 
-
 def test_mpi_job_is_sampled_per_rank():
     """Once every rank has reported, the sampler sees rank:0 and rank:1 (each its own
     process tree), not one launcher blob."""
     from lab_utils.cluster import MPIJob
 
-    with MPIJob(np=2, script=FIX / "cluster_mpi_task.py", args={"hang": True}, launcher="mpirun",
-                progress=False, timeout=120) as job:
+    with MPIJob(
+        np=2, script=FIX / "cluster_mpi_task.py", args={"hang": True}, launcher="mpirun", progress=False, timeout=120
+    ) as job:
         with Monitor(cluster=job, interval=0.2) as mon:
             deadline = time.monotonic() + 60
             while set(job.task_pids()) != {"rank:0", "rank:1"} and time.monotonic() < deadline:

@@ -1,4 +1,5 @@
 """Process tests for MPIJob: mpirun and horovodrun (Gloo and MPI), as root and not."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -29,7 +30,9 @@ needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpirun or mpi4py missing")
 JOBS = [
     pytest.param("mpirun", "mpi", "cluster_mpi_task.py", marks=needs_mpi, id="mpirun-mpi"),
     pytest.param("horovodrun", "gloo", "cluster_hvd_task.py", marks=pytest.mark.horovod, id="horovodrun-gloo"),
-    pytest.param("horovodrun", "mpi", "cluster_hvd_task.py", marks=[pytest.mark.horovod, needs_mpi], id="horovodrun-mpi"),
+    pytest.param(
+        "horovodrun", "mpi", "cluster_hvd_task.py", marks=[pytest.mark.horovod, needs_mpi], id="horovodrun-mpi"
+    ),
 ]
 
 
@@ -47,8 +50,9 @@ def check_results(results: dict, np: int = 2) -> None:
 def test_job_succeeds(launcher, controller, script, capfd):
     if os.getuid() == 0 and launcher == "mpirun":
         assert "--allow-run-as-root" in MPIJob(np=2, script=FIX / script, launcher=launcher).command()[0]
-    with MPIJob(np=2, script=FIX / script, launcher=launcher, controller=controller, progress=False,
-                stream=True) as job:
+    with MPIJob(
+        np=2, script=FIX / script, launcher=launcher, controller=controller, progress=False, stream=True
+    ) as job:
         results = job.wait()
     out, _ = capfd.readouterr()
     for r in (0, 1):  # live streaming: each rank's whole line, with its own prefix
@@ -82,7 +86,9 @@ def _non_root_runner(home: str, env: dict) -> tuple[list[str], dict, str]:
     unshare = shutil.which("unshare")
     if unshare and subprocess.run([unshare, "--user", *probe], env=env, cwd=home, capture_output=True).returncode == 0:
         return [unshare, "--user"], {}, "user namespace (uid 65534)"
-    pytest.skip("cannot run as a non-root user here: nobody cannot reach this Python and user namespaces are unavailable")
+    pytest.skip(
+        "cannot run as a non-root user here: nobody cannot reach this Python and user namespaces are unavailable"
+    )
 
 
 @pytest.mark.parametrize("launcher,controller,script", JOBS)
@@ -94,9 +100,28 @@ def test_job_succeeds_as_non_root(launcher, controller, script):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "LABS_RUN_ROOT"))}
         env.update(HOME=home, USER="nobody", LOGNAME="nobody")
         prefix, kw, how = _non_root_runner(home, env)
-        out = subprocess.run([*prefix, sys.executable, KERNEL, "--kind", "mpi", "--launcher", launcher,
-                              "--controller", controller, "--script", script, "--wait"],
-                             env=env, cwd=home, capture_output=True, text=True, timeout=240, **kw)
+        out = subprocess.run(
+            [
+                *prefix,
+                sys.executable,
+                KERNEL,
+                "--kind",
+                "mpi",
+                "--launcher",
+                launcher,
+                "--controller",
+                controller,
+                "--script",
+                script,
+                "--wait",
+            ],
+            env=env,
+            cwd=home,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            **kw,
+        )
         assert out.returncode == 0, f"as {how}: " + out.stdout[-2000:] + out.stderr[-2000:]
         info = json.loads(out.stdout.strip().splitlines()[-1])
         check_results(info["results"])
@@ -127,8 +152,20 @@ def _cmdline(proc: psutil.Process) -> list[str]:
 
 @needs_mpi
 def test_kernel_sigkill_stops_mpirun_and_its_ranks():
-    kernel = subprocess.Popen([sys.executable, KERNEL, "--kind", "mpi", "--script", "cluster_mpi_task.py",
-                               "--args", json.dumps({"hang": True})], stdout=subprocess.PIPE, text=True)
+    kernel = subprocess.Popen(
+        [
+            sys.executable,
+            KERNEL,
+            "--kind",
+            "mpi",
+            "--script",
+            "cluster_mpi_task.py",
+            "--args",
+            json.dumps({"hang": True}),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     json.loads(kernel.stdout.readline())
     me = psutil.Process(kernel.pid)
     deadline = time.monotonic() + 30

@@ -8,6 +8,7 @@ module runs four small clusters (~1 minute) and one bad-input run that stops
 before TensorFlow is imported. Data: the offline MNIST sample (conftest sets
 LABS_OFFLINE=1; the launcher passes the environment on to the tasks).
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,10 @@ def run_root(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def scripts():
-    return {"async": reference_script("02_ps_async", "train_async.py"),
-            "sync": reference_script("03_ps_sync", "train_sync.py")}
+    return {
+        "async": reference_script("02_ps_async", "train_async.py"),
+        "sync": reference_script("03_ps_sync", "train_sync.py"),
+    }
 
 
 def run(script, args: dict, workers: int = 2):
@@ -74,8 +77,9 @@ def test_async_reaches_accuracy_and_reports_throughput(scripts):
 
 
 def test_async_straggler_does_not_stop_the_others_and_is_stale(scripts):
-    results, steps, _, _ = run(scripts["async"], {"steps": 300, "batch_size": 50, "eval_every": 0,
-                                                  "straggler": "worker:1=30ms"})
+    results, steps, _, _ = run(
+        scripts["async"], {"steps": 300, "batch_size": 50, "eval_every": 0, "straggler": "worker:1=30ms"}
+    )
     fast, slow = results["worker:0"], results["worker:1"]
     assert slow["straggler_delay"] == pytest.approx(0.03) and fast["straggler_delay"] == 0
     # asynchronous: the fast worker keeps going and does most of the steps ...
@@ -114,8 +118,9 @@ def test_sync_global_step_and_gradients_per_step_exact(scripts):
 
 
 def test_sync_backup_worker_with_straggler(scripts):
-    results, _, _, _ = run(scripts["sync"], {"steps": 60, "batch_size": 50, "replicas_to_aggregate": 1,
-                                             "straggler": "worker:1=30ms"})
+    results, _, _, _ = run(
+        scripts["sync"], {"steps": 60, "batch_size": 50, "replicas_to_aggregate": 1, "straggler": "worker:1=30ms"}
+    )
     check_sync(results, 60, 1)
     assert results["worker:1"]["straggler_delay"] == pytest.approx(0.03)
     # the straggler contributes fewer steps than the fast worker when only 1 of 2 gradients is needed

@@ -1,4 +1,5 @@
 """Unit tests for lab_utils.cluster: no real cluster, subprocess and psutil mocked where needed."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,8 @@ import pytest
 
 from lab_utils import cluster as cl
 from lab_utils import resources
-from lab_utils.cluster import hosts
-from lab_utils.cluster.job import format_args
 from lab_utils.cluster import ClusterError, MPIJob, ResourceError, TFCluster, reap, task_config
+from lab_utils.cluster.job import format_args
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 SCRIPT = str(FIX / "cluster_task.py")
@@ -25,6 +25,7 @@ REAL_POPEN = subprocess.Popen
 @pytest.fixture(autouse=True)
 def no_processes(monkeypatch, tmp_path):
     """Nothing in this file may start a process through the launcher."""
+
     def refuse(*a, **k):
         raise AssertionError(f"a process was started: {a!r}")
 
@@ -39,31 +40,37 @@ def test_import_does_not_import_tensorflow(monkeypatch):
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(ps=0, workers=2), "ps must be at least 1"),
-    (dict(ps=1, workers=0), "workers must be at least 1"),
-    (dict(ps=-1, workers=2), "ps must be an integer >= 0"),
-    (dict(ps=1, workers=2.5), "workers must be an integer"),
-    (dict(ps=1, workers=2, script="no_such_train.py"), "not found"),
-    (dict(ps=1, workers=2, hosts=["a", "b"]), "one entry per task"),
-    (dict(ps=1, workers=2, hosts="a,b,c"), "one host per task"),
-    (dict(ps=1, workers=2, ready_timeout=0), "ready_timeout must be a positive"),
-    (dict(ps=1, workers=2, start_retries=0), "start_retries"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(ps=0, workers=2), "ps must be at least 1"),
+        (dict(ps=1, workers=0), "workers must be at least 1"),
+        (dict(ps=-1, workers=2), "ps must be an integer >= 0"),
+        (dict(ps=1, workers=2.5), "workers must be an integer"),
+        (dict(ps=1, workers=2, script="no_such_train.py"), "not found"),
+        (dict(ps=1, workers=2, hosts=["a", "b"]), "one entry per task"),
+        (dict(ps=1, workers=2, hosts="a,b,c"), "one host per task"),
+        (dict(ps=1, workers=2, ready_timeout=0), "ready_timeout must be a positive"),
+        (dict(ps=1, workers=2, start_retries=0), "start_retries"),
+    ],
+)
 def test_tfcluster_bad_input(kwargs, match):
     kwargs.setdefault("script", SCRIPT)
     with pytest.raises(ValueError, match=match):
         TFCluster(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(launcher="srun"), "unknown launcher 'srun'; allowed: mpirun, horovodrun"),
-    (dict(launcher="horovodrun", controller="nccl"), "unknown controller 'nccl'; allowed: mpi, gloo"),
-    (dict(launcher="mpirun", controller="gloo"), "always uses the MPI controller"),
-    (dict(np=0), "np must be an integer >= 1"),
-    (dict(script="missing.py"), "not found"),
-    (dict(hosts="/no/such/hostfile"), "hostfile"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(launcher="srun"), "unknown launcher 'srun'; allowed: mpirun, horovodrun"),
+        (dict(launcher="horovodrun", controller="nccl"), "unknown controller 'nccl'; allowed: mpi, gloo"),
+        (dict(launcher="mpirun", controller="gloo"), "always uses the MPI controller"),
+        (dict(np=0), "np must be an integer >= 1"),
+        (dict(script="missing.py"), "not found"),
+        (dict(hosts="/no/such/hostfile"), "hostfile"),
+    ],
+)
 def test_mpijob_bad_input(kwargs, match):
     kwargs.setdefault("script", SCRIPT)
     with pytest.raises(ValueError, match=match):
@@ -72,15 +79,29 @@ def test_mpijob_bad_input(kwargs, match):
 
 def test_args_as_dict_or_list():
     assert format_args({"steps": 10, "sync": True, "quiet": False, "lr": 0.1, "layers": [2, 3]}) == [
-        "--steps", "10", "--sync", "--lr", "0.1", "--layers", "2", "3"]
+        "--steps",
+        "10",
+        "--sync",
+        "--lr",
+        "0.1",
+        "--layers",
+        "2",
+        "3",
+    ]
     assert format_args(["--x", 1]) == ["--x", "1"]
     with pytest.raises(TypeError, match="shlex"):
         format_args("--steps 3")
 
 
 def test_task_config_parses_tf_config():
-    env = {"TF_CONFIG": json.dumps({"cluster": {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3"]},
-                                    "task": {"type": "worker", "index": 1}})}
+    env = {
+        "TF_CONFIG": json.dumps(
+            {
+                "cluster": {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3"]},
+                "task": {"type": "worker", "index": 1},
+            }
+        )
+    }
     cfg = task_config(env)
     cluster, job, index = cfg
     assert (job, index, cfg.task, cfg.address, cfg.is_chief) == ("worker", 1, "worker:1", "localhost:3", False)
@@ -145,20 +166,29 @@ def test_horovodrun_command(monkeypatch, tmp_path):
     assert "--mpi" in cmd and cmd[cmd.index("--hostfile") + 1] == str(hostfile)
 
 
-@pytest.mark.parametrize("log,want", [
-    # mpirun tags each read from a rank's pipe: `print` under `python -u` is two writes,
-    # so pieces of two ranks share a line (both orders seen in CI and here).
-    ("# mpirun: cmd\n[1,1]<stdout>:rank 1/2: total=3[1,0]<stdout>:rank 0/2: total=3\n[1,1]<stdout>:\n",
-     {0: "rank 0/2: total=3\n", 1: "rank 1/2: total=3\n"}),
-    ("[1,0]<stdout>:rank 0/2[1,1]<stdout>:rank 1/2\n[1,0]<stdout>:\n[1,1]<stderr>:warn\n",
-     {0: "rank 0/2\n", 1: "rank 1/2\nwarn\n"}),
-    # several lines in one read are tagged line by line; untagged launcher lines belong to no rank
-    ("[1,0]<stdout>:a\n[1,0]<stdout>:b\nmpirun noticed something\n[1,1]<stderr>:Traceback\n",
-     {0: "a\nb\n", 1: "Traceback\n"}),
-    # horovodrun (Gloo) tags whole lines without a job id
-    ("[0]<stdout>:hello\n[1]<stdout>:hello\n[10]<stderr>:x\n", {0: "hello\n", 1: "hello\n", 10: "x\n"}),
-    ("no tags at all\n", {}),
-])
+@pytest.mark.parametrize(
+    "log,want",
+    [
+        # mpirun tags each read from a rank's pipe: `print` under `python -u` is two writes,
+        # so pieces of two ranks share a line (both orders seen in CI and here).
+        (
+            "# mpirun: cmd\n[1,1]<stdout>:rank 1/2: total=3[1,0]<stdout>:rank 0/2: total=3\n[1,1]<stdout>:\n",
+            {0: "rank 0/2: total=3\n", 1: "rank 1/2: total=3\n"},
+        ),
+        (
+            "[1,0]<stdout>:rank 0/2[1,1]<stdout>:rank 1/2\n[1,0]<stdout>:\n[1,1]<stderr>:warn\n",
+            {0: "rank 0/2\n", 1: "rank 1/2\nwarn\n"},
+        ),
+        # several lines in one read are tagged line by line; untagged launcher lines belong to no rank
+        (
+            "[1,0]<stdout>:a\n[1,0]<stdout>:b\nmpirun noticed something\n[1,1]<stderr>:Traceback\n",
+            {0: "a\nb\n", 1: "Traceback\n"},
+        ),
+        # horovodrun (Gloo) tags whole lines without a job id
+        ("[0]<stdout>:hello\n[1]<stdout>:hello\n[10]<stderr>:x\n", {0: "hello\n", 1: "hello\n", 10: "x\n"}),
+        ("no tags at all\n", {}),
+    ],
+)
 def test_split_rank_output_undoes_interleaving(log, want):
     assert cl.split_rank_output(log) == want
 
@@ -175,11 +205,19 @@ def test_mpijob_logs_per_rank(tmp_path):
 def test_mpijob_stream_prints_whole_rank_lines():
     job = MPIJob(np=2, script=FIX / "cluster_mpi_task.py", launcher="mpirun", progress=False)
     t = cl.Task("mpirun", Path("mpirun.log"))
-    lines = ["[1,1]<stdout>:rank 1/2: total=3[1,0]<stdout>:rank 0/2: total=3", "[1,1]<stdout>:",
-             "mpirun: a note of its own", "[0]<stderr>:gloo line"]
+    lines = [
+        "[1,1]<stdout>:rank 1/2: total=3[1,0]<stdout>:rank 0/2: total=3",
+        "[1,1]<stdout>:",
+        "mpirun: a note of its own",
+        "[0]<stderr>:gloo line",
+    ]
     printed = [out for line in lines for out in job.stream_lines(t, line)]
-    assert printed == ["[rank:0] rank 0/2: total=3", "[rank:1] rank 1/2: total=3",
-                       "[mpirun] mpirun: a note of its own", "[rank:0] gloo line"]
+    assert printed == [
+        "[rank:0] rank 0/2: total=3",
+        "[rank:1] rank 1/2: total=3",
+        "[mpirun] mpirun: a note of its own",
+        "[rank:0] gloo line",
+    ]
     assert TFCluster(ps=1, workers=1, script=SCRIPT, progress=False).stream_lines(t, "x") == ["[mpirun] x"]
 
 
@@ -243,8 +281,13 @@ class FakeProc:
 
 
 def test_reap_checks_pid_and_create_time_not_the_status(monkeypatch, tmp_path):
-    procs = {10: FakeProc(10, 100.0), 20: FakeProc(20, 555.0), 21: FakeProc(21, 200.0), 31: FakeProc(31, 300.0),
-             41: FakeProc(41, 400.0)}
+    procs = {
+        10: FakeProc(10, 100.0),
+        20: FakeProc(20, 555.0),
+        21: FakeProc(21, 200.0),
+        31: FakeProc(31, 300.0),
+        41: FakeProc(41, 400.0),
+    }
 
     def process(pid):
         if pid not in procs:
@@ -261,13 +304,18 @@ def test_reap_checks_pid_and_create_time_not_the_status(monkeypatch, tmp_path):
     root = tmp_path / "runs"
     live = _state(root, "a-live", {"pid": 10, "create_time": 100.0}, [{"pid": 31, "pgid": 31, "create_time": 300.0}])
     # parent pid 20 exists but was reused (other create_time): the kernel is dead
-    dead = _state(root, "b-dead", {"pid": 20, "create_time": 111.0}, [{"pid": 21, "pgid": 21, "create_time": 200.0},
-                                                                        {"pid": 22, "pgid": 22, "create_time": 1.0}])
+    dead = _state(
+        root,
+        "b-dead",
+        {"pid": 20, "create_time": 111.0},
+        [{"pid": 21, "pgid": 21, "create_time": 200.0}, {"pid": 22, "pgid": 22, "create_time": 1.0}],
+    )
     # says "running", but its kernel and every task are gone: nothing to do
     _state(root, "c-gone", {"pid": 99, "create_time": 1.0}, [{"pid": 32, "pgid": 32, "create_time": 300.0}])
     # says "stopped", but a task survived that stop: reap finds it by its pid
-    survived = _state(root, "d-survived", {"pid": 98, "create_time": 1.0},
-                      [{"pid": 41, "pgid": 41, "create_time": 400.0}], "stopped")
+    survived = _state(
+        root, "d-survived", {"pid": 98, "create_time": 1.0}, [{"pid": 41, "pgid": 41, "create_time": 400.0}], "stopped"
+    )
     assert reap(root=root) == [str(dead), str(survived)]
     assert killed == [(21, 15), (41, 15)]
     assert json.loads((dead / "state.json").read_text())["status"] == "stopped"
@@ -281,7 +329,9 @@ def test_reap_records_a_task_that_survives_sigkill(monkeypatch, tmp_path, capsys
     sent = []
     monkeypatch.setattr(os, "killpg", lambda pgid, sig: sent.append(sig))
     root = tmp_path / "runs"
-    run = _state(root, "x", {"pid": 5, "create_time": 1.0}, [{"name": "worker:0", "pid": 6, "pgid": 6, "create_time": 7.0}])
+    run = _state(
+        root, "x", {"pid": 5, "create_time": 1.0}, [{"name": "worker:0", "pid": 6, "pgid": 6, "create_time": 7.0}]
+    )
     assert reap(root=root, grace=0.1) == [str(run)]
     assert sent == [15, 9]
     state = json.loads((run / "state.json").read_text())

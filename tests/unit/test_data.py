@@ -1,4 +1,5 @@
 """lab_utils.data: MNIST sources and fallbacks, sharding. Fast, no network."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,13 @@ def no_sources(tmp_path, monkeypatch):
 def _fake_npz(n_train=30, n_test=10) -> bytes:
     rs = np.random.RandomState(0)
     buf = io.BytesIO()
-    np.savez(buf, x_train=rs.randint(0, 256, (n_train, 28, 28)).astype(np.uint8), y_train=rs.randint(0, 10, n_train).astype(np.uint8),
-             x_test=rs.randint(0, 256, (n_test, 28, 28)).astype(np.uint8), y_test=rs.randint(0, 10, n_test).astype(np.uint8))
+    np.savez(
+        buf,
+        x_train=rs.randint(0, 256, (n_train, 28, 28)).astype(np.uint8),
+        y_train=rs.randint(0, 10, n_train).astype(np.uint8),
+        x_test=rs.randint(0, 256, (n_test, 28, 28)).astype(np.uint8),
+        y_test=rs.randint(0, 10, n_test).astype(np.uint8),
+    )
     return buf.getvalue()
 
 
@@ -123,12 +129,15 @@ def test_shard_arrays_and_dataset():
     assert len(part.x_train) == 5 and len(part.x_test) == 4
 
 
-@pytest.mark.parametrize("num_shards,index,match", [
-    (0, 0, "num_shards must be >= 1"),
-    (-2, 0, "num_shards must be >= 1"),
-    (3, 3, r"index must satisfy 0 <= index < num_shards=3, got index=3"),
-    (3, -1, "index must satisfy"),
-])
+@pytest.mark.parametrize(
+    "num_shards,index,match",
+    [
+        (0, 0, "num_shards must be >= 1"),
+        (-2, 0, "num_shards must be >= 1"),
+        (3, 3, r"index must satisfy 0 <= index < num_shards=3, got index=3"),
+        (3, -1, "index must satisfy"),
+    ],
+)
 def test_shard_rejects_bad_arguments(num_shards, index, match):
     with pytest.raises(ValueError, match=match):
         data.shard(10, num_shards, index)

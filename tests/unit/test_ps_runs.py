@@ -1,4 +1,5 @@
 """lab_utils.training.ps_runs without processes: worker fitting, tables and figures from synthetic results."""
+
 from __future__ import annotations
 
 import math
@@ -40,10 +41,22 @@ def test_fit_workers_bad_input(bad):
 
 
 def _result(index, mode="async", **kw):
-    r = {"mode": mode, "accuracy": 0.9 - 0.01 * index, "final_global_step": 100, "target_global_steps": 100,
-         "local_steps": 50 + 10 * index, "examples": (50 + 10 * index) * 60, "examples_per_sec": 1000.0 + index,
-         "exec_time": 5.0 + index, "train_time": 4.0 + index, "startup_time": 2.0, "batch_size": 60,
-         "num_workers": 2, "straggler_delay": 0.05 * index, "is_chief": index == 0}
+    r = {
+        "mode": mode,
+        "accuracy": 0.9 - 0.01 * index,
+        "final_global_step": 100,
+        "target_global_steps": 100,
+        "local_steps": 50 + 10 * index,
+        "examples": (50 + 10 * index) * 60,
+        "examples_per_sec": 1000.0 + index,
+        "exec_time": 5.0 + index,
+        "train_time": 4.0 + index,
+        "startup_time": 2.0,
+        "batch_size": 60,
+        "num_workers": 2,
+        "straggler_delay": 0.05 * index,
+        "is_chief": index == 0,
+    }
     if mode == "async":
         r.update(staleness_mean=0.5 + index, staleness_max=3 + index)
     r.update(kw)
@@ -53,11 +66,13 @@ def _result(index, mode="async", **kw):
 def _run(mode="async", label=None, batch=60, events=None):
     results = {f"worker:{i}": _result(i, mode, batch_size=batch) for i in (1, 0)}
     if events is None:
-        events = pd.DataFrame([
-            {"time": 101.0, "task": "worker:0", "step": 10, "examples": 600, "accuracy": 0.5},
-            {"time": 101.5, "task": "worker:1", "step": 11, "examples": 600},
-            {"time": 102.0, "task": "worker:0", "step": 50, "examples": 1200, "accuracy": 0.8},
-        ])
+        events = pd.DataFrame(
+            [
+                {"time": 101.0, "task": "worker:0", "step": 10, "examples": 600, "accuracy": 0.5},
+                {"time": 101.5, "task": "worker:1", "step": 11, "examples": 600},
+                {"time": 102.0, "task": "worker:0", "step": 50, "examples": 1200, "accuracy": 0.8},
+            ]
+        )
     return ps_runs.PSRun(label=label or f"{mode} {batch}", results=results, events=events, wall_time=7.5, started=100.0)
 
 
@@ -134,10 +149,16 @@ class _FakeMonitor:
 
     def summary(self):
         nan = float("nan")
-        df = pd.DataFrame({
-            "Peak CPU": [50.0, 100.0 * self.scale], "Avg CPU": [20.0, 80.0 * self.scale],
-            "Peak Mem": [400 * 2**20, 1200 * 2**20], "Network R": [nan, 8 * 2**20], "Network W": [nan, 4 * 2**20],
-        }, index=["ps:0", "total"])
+        df = pd.DataFrame(
+            {
+                "Peak CPU": [50.0, 100.0 * self.scale],
+                "Avg CPU": [20.0, 80.0 * self.scale],
+                "Peak Mem": [400 * 2**20, 1200 * 2**20],
+                "Network R": [nan, 8 * 2**20],
+                "Network W": [nan, 4 * 2**20],
+            },
+            index=["ps:0", "total"],
+        )
         df.attrs["network_scope"] = "host"
         return df
 
@@ -160,9 +181,18 @@ def test_dstat_compare_takes_the_total_row_of_each_run():
 
 
 def _sweep_run(batch, exec_times, train_times):
-    results = {f"worker:{i}": {"mode": "sync", "batch_size": batch, "exec_time": e, "train_time": t,
-                               "accuracy": 0.9, "final_global_step": 10, "examples": 600}
-               for i, (e, t) in enumerate(zip(exec_times, train_times, strict=True))}
+    results = {
+        f"worker:{i}": {
+            "mode": "sync",
+            "batch_size": batch,
+            "exec_time": e,
+            "train_time": t,
+            "accuracy": 0.9,
+            "final_global_step": 10,
+            "examples": 600,
+        }
+        for i, (e, t) in enumerate(zip(exec_times, train_times, strict=True))
+    }
     return ps_runs.PSRun(label=f"b{batch}", results=results, events=pd.DataFrame(), wall_time=1.0, started=0.0)
 
 

@@ -1,4 +1,5 @@
 """lab_utils.resources: cgroup v1/v2 parsing from fixture trees, JupyterHub variables."""
+
 from pathlib import Path
 
 import psutil
@@ -10,13 +11,16 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "cgroup"
 GiB = 1024**3
 
 
-@pytest.mark.parametrize("text, cores", [("max 100000", None), ("150000 100000", 1.5), ("50000 100000", 0.5),
-                                         (None, None), ("", None)])
+@pytest.mark.parametrize(
+    "text, cores", [("max 100000", None), ("150000 100000", 1.5), ("50000 100000", 0.5), (None, None), ("", None)]
+)
 def test_parse_cpu_max(text, cores):
     assert resources.parse_cpu_max(text) == cores
 
 
-@pytest.mark.parametrize("text, value", [("max", None), ("2147483648", 2 * GiB), ("9223372036854771712", None), (None, None)])
+@pytest.mark.parametrize(
+    "text, value", [("max", None), ("2147483648", 2 * GiB), ("9223372036854771712", None), (None, None)]
+)
 def test_parse_memory(text, value):
     assert resources.parse_memory(text) == value
 
@@ -24,8 +28,8 @@ def test_parse_memory(text, value):
 def test_v2_limits_take_the_tightest_level():
     lim = resources.cgroup_limits(FIX / "v2")
     assert lim.version == 2
-    assert lim.cpu_quota_cores == 1.5          # own cgroup; parent says max
-    assert lim.memory_bytes == 2 * GiB         # own 2 GiB is tighter than the parent's 4 GiB
+    assert lim.cpu_quota_cores == 1.5  # own cgroup; parent says max
+    assert lim.memory_bytes == 2 * GiB  # own 2 GiB is tighter than the parent's 4 GiB
 
 
 def test_v2_unlimited():
@@ -45,7 +49,7 @@ def test_no_cgroup_filesystem(tmp_path):
 
 
 def test_usable_cores_order(tmp_path):
-    assert resources.usable_cores({}, FIX / "v2") == 1                  # quota 1.5 -> 1 whole core
+    assert resources.usable_cores({}, FIX / "v2") == 1  # quota 1.5 -> 1 whole core
     assert resources.usable_cores({"CPU_LIMIT": "1"}, tmp_path) == 1
     many = {"CPU_LIMIT": "64"}
     assert resources.usable_cores(many, tmp_path) == len(__import__("os").sched_getaffinity(0))
@@ -65,8 +69,14 @@ def test_memory_limit_and_available(tmp_path):
     assert resources.available_memory_bytes({}, FIX / "v1") <= int(1.5 * GiB)
 
 
-@pytest.mark.parametrize("env, kind", [({"BINDER_LAUNCH_HOST": "https://mybinder.org/"}, "binder"),
-                                       ({"JUPYTERHUB_USER": "ada"}, "jupyterhub"),
-                                       ({"CI": "true"}, "ci"), ({}, "local")])
+@pytest.mark.parametrize(
+    "env, kind",
+    [
+        ({"BINDER_LAUNCH_HOST": "https://mybinder.org/"}, "binder"),
+        ({"JUPYTERHUB_USER": "ada"}, "jupyterhub"),
+        ({"CI": "true"}, "ci"),
+        ({}, "local"),
+    ],
+)
 def test_host_kind(env, kind):
     assert resources.host_kind(env) == kind

@@ -1,4 +1,5 @@
 """Bad input to the two commands a newcomer runs: clear message, non-zero exit, nothing half-built."""
+
 import os
 import subprocess
 from pathlib import Path
@@ -33,7 +34,9 @@ def test_setup_rejects_bad_gpu_flag(tmp_path):
 def test_bad_port_fails_before_any_setup(tmp_path):
     for port in ("abc", "80", "70000", "-1"):
         env = dict(os.environ, PORT=port, VENV=str(tmp_path / "novenv"))
-        proc = subprocess.run(["make", "-s", "-C", str(ROOT), "lab"], env=env, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["make", "-s", "-C", str(ROOT), "lab"], env=env, capture_output=True, text=True, timeout=60
+        )
         assert proc.returncode != 0, port
         assert f"PORT={port} is not a usable port" in proc.stderr
         assert not (tmp_path / "novenv").exists()
@@ -42,8 +45,12 @@ def test_bad_port_fails_before_any_setup(tmp_path):
 def test_horovod_build_without_tensorflow_is_a_clear_error(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run(["python3.11", "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    proc = subprocess.run(["bash", str(ROOT / "scripts/build-horovod.sh"), str(venv / "bin/python")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts/build-horovod.sh"), str(venv / "bin/python")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "TensorFlow is not installed" in proc.stderr
 
 

@@ -1,4 +1,5 @@
 """Unit tests for lab_utils.training.ps and the Lab 2-3 scripts' argument checks (no TensorFlow)."""
+
 from __future__ import annotations
 
 import json
@@ -24,13 +25,17 @@ def test_import_does_not_import_tensorflow():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("spec, expected", [
-    (None, {}), ("", {}),
-    ("worker:1=0.05", {"worker:1": 0.05}),
-    ("worker:1=50ms", {"worker:1": 0.05}),
-    ("worker:0=1s, worker:2=0", {"worker:0": 1.0, "worker:2": 0.0}),
-    ({"worker:1": 0.2}, {"worker:1": 0.2}),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        (None, {}),
+        ("", {}),
+        ("worker:1=0.05", {"worker:1": 0.05}),
+        ("worker:1=50ms", {"worker:1": 0.05}),
+        ("worker:0=1s, worker:2=0", {"worker:0": 1.0, "worker:2": 0.0}),
+        ({"worker:1": 0.2}, {"worker:1": 0.2}),
+    ],
+)
 def test_parse_straggler(spec, expected):
     assert pst.parse_straggler(spec) == pytest.approx(expected)
 
@@ -47,23 +52,26 @@ def test_check_settings_defaults():
     assert pst.check_settings("sync", 60, 4, replicas_to_aggregate=3).replicas == 3
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(mode="sgd"), "mode must be one of"),
-    (dict(batch_size=0), "batch_size must be >= 1, got 0"),
-    (dict(batch_size=-5), "batch_size must be >= 1"),
-    (dict(mode="sync", replicas_to_aggregate=3), "replicas_to_aggregate=3 is more than the 2 worker"),
-    (dict(mode="sync", replicas_to_aggregate=0), "replicas_to_aggregate must be >= 1"),
-    (dict(replicas_to_aggregate=1), "only applies to mode='sync'"),
-    (dict(epochs=1.0, steps=10), "exactly one of epochs or steps"),
-    (dict(epochs=0), "epochs must be a number > 0"),
-    (dict(epochs=None, steps=0), "steps must be >= 1"),
-    (dict(learning_rate=0.0), "learning_rate must be a number > 0"),
-    (dict(learning_rate=float("nan")), "learning_rate"),
-    (dict(straggler="worker:2=0.1"), "worker:0..worker:1"),
-    (dict(straggler="ps:0=0.1"), "worker:0..worker:1"),
-    (dict(eval_every=-1), "eval_every must be >= 0"),
-    (dict(step_timeout=0), "step_timeout"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(mode="sgd"), "mode must be one of"),
+        (dict(batch_size=0), "batch_size must be >= 1, got 0"),
+        (dict(batch_size=-5), "batch_size must be >= 1"),
+        (dict(mode="sync", replicas_to_aggregate=3), "replicas_to_aggregate=3 is more than the 2 worker"),
+        (dict(mode="sync", replicas_to_aggregate=0), "replicas_to_aggregate must be >= 1"),
+        (dict(replicas_to_aggregate=1), "only applies to mode='sync'"),
+        (dict(epochs=1.0, steps=10), "exactly one of epochs or steps"),
+        (dict(epochs=0), "epochs must be a number > 0"),
+        (dict(epochs=None, steps=0), "steps must be >= 1"),
+        (dict(learning_rate=0.0), "learning_rate must be a number > 0"),
+        (dict(learning_rate=float("nan")), "learning_rate"),
+        (dict(straggler="worker:2=0.1"), "worker:0..worker:1"),
+        (dict(straggler="ps:0=0.1"), "worker:0..worker:1"),
+        (dict(eval_every=-1), "eval_every must be >= 0"),
+        (dict(step_timeout=0), "step_timeout"),
+    ],
+)
 def test_check_settings_rejects(kwargs, message):
     args = dict(mode="async", batch_size=60, num_workers=2)
     args.update(kwargs)
@@ -88,20 +96,26 @@ def test_steps_per_epoch_and_target():
 
 
 def test_parse_args_good(monkeypatch):
-    settings, task = pst.parse_args("sync", ["--steps", "30", "--replicas-to-aggregate", "1",
-                                             "--straggler", "worker:1=20ms"], env=tf_config(2, "worker", 1))
+    settings, task = pst.parse_args(
+        "sync",
+        ["--steps", "30", "--replicas-to-aggregate", "1", "--straggler", "worker:1=20ms"],
+        env=tf_config(2, "worker", 1),
+    )
     assert (task.job, task.index, task.is_chief) == ("worker", 1, False)
     assert settings.steps == 30 and settings.epochs is None and settings.replicas == 1
     assert settings.straggler == {"worker:1": pytest.approx(0.02)}
 
 
-@pytest.mark.parametrize("mode, argv, message", [
-    ("sync", ["--batch-size", "0"], "batch_size must be >= 1, got 0"),
-    ("sync", ["--replicas-to-aggregate", "3"], "replicas_to_aggregate=3 is more than the 2 worker(s)"),
-    ("async", ["--replicas-to-aggregate", "1"], "unrecognized arguments"),
-    ("async", ["--epochs", "1", "--steps", "5"], "not allowed with argument"),
-    ("async", ["--straggler", "worker:5=1"], "worker:0..worker:1"),
-])
+@pytest.mark.parametrize(
+    "mode, argv, message",
+    [
+        ("sync", ["--batch-size", "0"], "batch_size must be >= 1, got 0"),
+        ("sync", ["--replicas-to-aggregate", "3"], "replicas_to_aggregate=3 is more than the 2 worker(s)"),
+        ("async", ["--replicas-to-aggregate", "1"], "unrecognized arguments"),
+        ("async", ["--epochs", "1", "--steps", "5"], "not allowed with argument"),
+        ("async", ["--straggler", "worker:5=1"], "worker:0..worker:1"),
+    ],
+)
 def test_parse_args_exits_2_with_message(mode, argv, message, capsys):
     with pytest.raises(SystemExit) as info:
         pst.parse_args(mode, argv, env=tf_config(2))
@@ -116,11 +130,14 @@ def test_parse_args_without_tf_config_exits_2(capsys):
     assert "TF_CONFIG is not set" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("mode, argv, message", [
-    ("sync", ["--batch-size", "0"], "batch_size must be >= 1"),
-    ("sync", ["--replicas-to-aggregate", "3"], "replicas_to_aggregate=3 is more than"),
-    ("async", ["--learning-rate", "-1"], "learning_rate must be a number > 0"),
-])
+@pytest.mark.parametrize(
+    "mode, argv, message",
+    [
+        ("sync", ["--batch-size", "0"], "batch_size must be >= 1"),
+        ("sync", ["--replicas-to-aggregate", "3"], "replicas_to_aggregate=3 is more than"),
+        ("async", ["--learning-rate", "-1"], "learning_rate must be a number > 0"),
+    ],
+)
 def test_scripts_reject_bad_input_before_tensorflow(mode, argv, message):
     """The reference script, run as __main__: exit code 2, the message on stderr, TensorFlow never imported."""
     from lab_utils.grading import reference_script  # extracts it from the instructor notebook
