@@ -126,6 +126,32 @@ def test_sigint_during_stop_escalates_to_sigkill(run_root):
     assert time.monotonic() - t0 < 15, "the interrupt must not wait for the 20 s grace period"
 
 
+def test_interrupt_inside_popen_leaves_no_stray(run_root, monkeypatch):
+    """The narrowest window: the task's process exists but Popen never returned it, so
+    no Task records it. stop() finds it by its LABS_JOB token."""
+    from lab_utils.cluster import TFCluster
+
+    real = subprocess.Popen
+    calls = []
+
+    class InterruptedPopen(real):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            calls.append(self.pid)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(subprocess, "Popen", InterruptedPopen)
+    c = TFCluster(ps=1, workers=2, script=str(FIX / "cluster_task.py"), args={"hang_task": "worker:0"},
+                  memory_per_task=50 * 1024**2, progress=False)  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        c.start()
+    monkeypatch.undo()
+    assert [t.pid for t in c.tasks][1] is None and len(calls) == 2  # the second process was never recorded
+    assert not c.running
+    assert gone_within(run_root, 5.0) == []
+
+
 def test_interrupt_button_of_a_real_jupyter_kernel(run_root):
     """A real ipykernel, started with SIGINT ignored, interrupted while a cluster waits."""
     jupyter_client = pytest.importorskip("jupyter_client")
