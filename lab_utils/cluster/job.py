@@ -274,11 +274,13 @@ class Job:
         names = [s.name for s in survivors]
         self._save_state("survived" if names else "stopped", names)
         _REGISTRY.discard(self)
-        if names:
-            self._note(
+        if names:  # always shown, progress or not: something is still running
+            text = (
                 f"{', '.join(names)} still running after SIGKILL (recorded in {self.run_dir}/state.json); "
                 "`python -m lab_utils reap --all` tries again"
             )
+            self.notes.append(text)
+            print(f"[lab_utils.cluster] warning: {text}", flush=True)
 
     def __enter__(self):
         return self.start()
