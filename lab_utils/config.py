@@ -80,8 +80,3 @@ def number(name: str, env: Mapping[str, str] | None = None) -> float | None:
         return float(value)
     except ValueError:
         raise ValueError(f"{name}={value!r}: expected a number") from None
-
-
-def describe(env: Mapping[str, str] | None = None) -> str:
-    """One line per variable: name, value (or default) and meaning. For `doctor` and the README."""
-    return "\n".join(f"{v.name:<22} {get(v.name, env) or '-':<12} {v.doc}" for v in VARIABLES.values())

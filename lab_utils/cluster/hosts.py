@@ -34,11 +34,15 @@ def free_port(host: str = "") -> int:
 def free_ports(hosts: Sequence[str | None]) -> list[int]:
     """One distinct port per entry: asked from the OS for local hosts; for a remote
     host (which cannot be probed from here) a random high port, retried on bind failure."""
+
+    def pick(host: str | None) -> int:
+        return free_port() if is_local(host) else 20000 + secrets.randbelow(30000)
+
     ports: list[int] = []
     for host in hosts:
-        port = free_port() if is_local(host) else 20000 + secrets.randbelow(30000)
+        port = pick(host)
         while port in ports:
-            port = free_port() if is_local(host) else 20000 + secrets.randbelow(30000)
+            port = pick(host)
         ports.append(port)
     return ports
 

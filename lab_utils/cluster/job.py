@@ -209,6 +209,7 @@ class Job:
         ``Popen`` interrupted between fork and return. A fork not yet exec'd still shows
         the kernel's command line: give it a moment (bounded) to become the task."""
         me = psutil.Process()
+        own_cmdline = me.cmdline()
         known = {t.pid for t in self.tasks if t.pid}
         found = []
         for child in me.children():
@@ -216,7 +217,7 @@ class Job:
                 if child.pid in known or child.create_time() < self._spawn_since - 1.0:
                     continue
                 deadline = time.monotonic() + 2.0
-                while child.cmdline() == me.cmdline() and time.monotonic() < deadline:
+                while child.cmdline() == own_cmdline and time.monotonic() < deadline:
                     pause()
                 if child.environ().get(config.JOB) == self.token:
                     found.append(Recorded(f"stray:{child.pid}", child.pid, child.pid, child.create_time()))
@@ -351,8 +352,9 @@ class Job:
                     break
                 if deadline is not None and time.monotonic() > deadline:
                     hung = next((t for t in self._main_tasks() if t.running()), self.tasks[0])
-                    raise self._fail(hung, f"was still running after the run timeout of {limit:g} s; "
-                                     "the whole job was stopped")  # fmt: skip
+                    raise self._fail(
+                        hung, f"was still running after the run timeout of {limit:g} s; the whole job was stopped"
+                    )
                 pause()
         finally:
             if bar:

@@ -155,8 +155,7 @@ class MPIJob(Job):
         if not self.check_resources or local == 0:
             return
         # one launcher-side guard for the whole job: the ranks are counted without guards
-        check_fit(local, f"np={self.np}", self.memory_per_rank, guard=False,
-                  hint=lambda fit: f"try np={fit}")  # fmt: skip
+        check_fit(local, f"np={self.np}", self.memory_per_rank, guard=False, hint=lambda fit: f"try np={fit}")
 
     def command(self) -> tuple[list[str], dict]:
         """The launcher command line and the extra environment (used by start; shown for teaching)."""

@@ -176,8 +176,20 @@ class TFCluster(Job):
                 )
         if memory_per_task is not None and memory_per_task <= 0:
             raise ValueError(f"memory_per_task must be a positive number of bytes, got {memory_per_task!r}")
-        super().__init__(script, args, env=env, run_dir=run_dir, ready_timeout=ready_timeout, timeout=timeout,
-                         stream=stream, guard=guard, grace=grace, cwd=cwd, name=name, progress=progress)  # fmt: skip
+        super().__init__(
+            script,
+            args,
+            env=env,
+            run_dir=run_dir,
+            ready_timeout=ready_timeout,
+            timeout=timeout,
+            stream=stream,
+            guard=guard,
+            grace=grace,
+            cwd=cwd,
+            name=name,
+            progress=progress,
+        )
         self.ps, self.workers = ps, workers
         self.hosts = hosts or [None] * n
         self.ssh = shlex.split(ssh) if isinstance(ssh, str) else list(ssh)
@@ -190,12 +202,19 @@ class TFCluster(Job):
         local = sum(1 for h in self.hosts if hosts.is_local(h))
         if not self.check_resources or local == 0:
             return
-        check_fit(local, f"{self.ps} PS + {self.workers} workers", self.memory_per_task, guard=self.use_guard,
-                  hint=lambda fit: f"try workers={fit - self.ps}" if fit > self.ps else None)  # fmt: skip
+        check_fit(
+            local,
+            f"{self.ps} PS + {self.workers} workers",
+            self.memory_per_task,
+            guard=self.use_guard,
+            hint=lambda fit: f"try workers={fit - self.ps}" if fit > self.ps else None,
+        )
         cores = resources.usable_cores()
         if local > cores:
-            self._note(f"{local} tasks share {cores} usable core(s): they take turns on the CPU, "
-                       "so timings are slower than on one machine per task")  # fmt: skip
+            self._note(
+                f"{local} tasks share {cores} usable core(s): they take turns on the CPU, "
+                "so timings are slower than on one machine per task"
+            )
 
     # -- spec
     def task_names(self) -> list[str]:
@@ -235,8 +254,17 @@ class TFCluster(Job):
         cmd = self._python()
         if hosts.is_local(task.host):
             return cmd
-        keep = ("TF_CONFIG", config.TASK, config.REPORT_FILE, config.RUN_DIR, config.JOB, "PYTHONUNBUFFERED",
-                "TF_CPP_MIN_LOG_LEVEL", "PYTHONPATH", *self.extra_env)  # fmt: skip
+        keep = (
+            "TF_CONFIG",
+            config.TASK,
+            config.REPORT_FILE,
+            config.RUN_DIR,
+            config.JOB,
+            "PYTHONUNBUFFERED",
+            "TF_CPP_MIN_LOG_LEVEL",
+            "PYTHONPATH",
+            *self.extra_env,
+        )
         return hosts.ssh_command(self.ssh, task.host, self.cwd, cmd, env, keep)
 
     def _start_and_wait_ready(self) -> None:
@@ -252,8 +280,10 @@ class TFCluster(Job):
                 return
             if not (self._bind_failed(bad) and attempt < self.start_retries):
                 raise self._fail(bad, f"exited with code {bad.exit_code} before it was ready")
-            self._note(f"{bad.name} could not bind port {bad.port}; restarting the cluster on fresh ports "
-                       f"(attempt {attempt + 1} of {self.start_retries})")  # fmt: skip
+            self._note(
+                f"{bad.name} could not bind port {bad.port}; restarting the cluster on fresh ports "
+                f"(attempt {attempt + 1} of {self.start_retries})"
+            )
             outcome = terminate([t for t in self.tasks if t.running()], self.grace + 1.0)
             if outcome.interrupted:
                 raise KeyboardInterrupt
@@ -279,8 +309,11 @@ class TFCluster(Job):
             if not pending:
                 break
             if time.monotonic() > deadline:
-                raise self._fail(pending[0], f"did not report ready within {self.ready_timeout:g} s "
-                                 "(does the script call lab_utils.cluster.start_server()?)")  # fmt: skip
+                raise self._fail(
+                    pending[0],
+                    f"did not report ready within {self.ready_timeout:g} s "
+                    "(does the script call lab_utils.cluster.start_server()?)",
+                )
             pause()
         self._save_state()
         return None
