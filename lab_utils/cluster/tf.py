@@ -113,7 +113,10 @@ def _count(label: str, value: Any) -> int:
 
 
 class TFCluster(Job):
-    """A TensorFlow parameter-server cluster: ``ps`` PS tasks + ``workers`` workers.
+    """A TensorFlow cluster: ``ps`` PS tasks + ``workers`` workers.
+
+    ``ps=0`` is a cluster of workers only, for collective training
+    (``MultiWorkerMirroredStrategy``, Lab 4): its ``TF_CONFIG`` names no ``ps`` job.
 
     Each task runs ``python script <args>`` with ``TF_CONFIG`` (ports picked
     free by the parent), ``LABS_TASK``, ``LABS_REPORT_FILE``, ``LABS_RUN_DIR``.
@@ -157,11 +160,6 @@ class TFCluster(Job):
         if workers == 0:
             raise ValueError(
                 f"workers must be at least 1 (got ps={ps}, workers=0): a cluster without workers trains nothing"
-            )
-        if ps == 0:
-            raise ValueError(
-                f"ps must be at least 1 for a parameter-server cluster (got ps=0, workers={workers}); "
-                "for data-parallel training without a PS use MPIJob"
             )
         if isinstance(start_retries, bool) or not isinstance(start_retries, int) or start_retries < 1:
             raise ValueError(f"start_retries must be an integer >= 1, got {start_retries!r}")
@@ -225,7 +223,7 @@ class TFCluster(Job):
         spec: dict[str, list[str]] = {"ps": [], "worker": []}
         for t in self.tasks:
             spec[t.role].append(f"{t.host or 'localhost'}:{t.port}")
-        return spec
+        return {role: addresses for role, addresses in spec.items() if addresses}
 
     def plan(self, attempt: int = 1) -> list[Task]:
         """Lay out the tasks (names, hosts, free ports, log and events files) without

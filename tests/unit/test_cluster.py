@@ -43,7 +43,6 @@ def test_import_does_not_import_tensorflow(monkeypatch):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        (dict(ps=0, workers=2), "ps must be at least 1"),
         (dict(ps=1, workers=0), "workers must be at least 1"),
         (dict(ps=-1, workers=2), "ps must be an integer >= 0"),
         (dict(ps=1, workers=2.5), "workers must be an integer"),
@@ -233,6 +232,15 @@ def test_remote_task_goes_through_ssh():
     assert "TF_CONFIG=" in cmd[-1] and SCRIPT in cmd[-1]
     assert c.task_command(worker, env)[0] == sys.executable
     assert c.cluster_spec() == {"ps": [f"node1:{ps.port}"], "worker": [f"localhost:{worker.port}"]}
+
+
+def test_a_cluster_of_workers_only_names_no_ps_job():
+    """ps=0: a collective cluster (MultiWorkerMirroredStrategy); TF_CONFIG must not list an empty ps job."""
+    c = TFCluster(ps=0, workers=2, script=SCRIPT, progress=False)
+    c.run_dir = Path("/tmp/x")
+    w0, w1 = c.plan()
+    assert [t.name for t in c.tasks] == ["worker:0", "worker:1"]
+    assert c.cluster_spec() == {"worker": [f"localhost:{w0.port}", f"localhost:{w1.port}"]}
 
 
 def test_repr_shows_tasks_pids_ports_states():
