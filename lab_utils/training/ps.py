@@ -471,7 +471,22 @@ def _result_fields(sess, g: PSGraph, task, settings: Settings, target: int, test
         tail["replicas_to_aggregate"] = settings.replicas
         if g.counter is not None and task.is_chief:
             tail.update(g.counter.read(sess))
+    if settings.save_weights and task.is_chief:
+        _save_weights(sess, settings.save_weights)
     return head, tail
+
+
+def _save_weights(sess, path: str) -> None:
+    """The model's trainable variables as ``w0, w1, ...`` in an ``.npz`` (the layout of
+    :func:`lab_utils.training.allreduce.save_weights`: Lab 4 compares the two)."""
+    import os
+
+    import tensorflow as tf
+
+    values = sess.run(tf.compat.v1.trainable_variables())
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, **{f"w{i}": v for i, v in enumerate(values)})
+    os.replace(tmp, path)
 
 
 def train_worker(task, settings: Settings, *, build: Callable[[Any, Settings], PSGraph], data=None) -> dict:

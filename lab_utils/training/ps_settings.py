@@ -35,6 +35,7 @@ class Settings:
     eval_every: int = 50  # global steps between test evaluations on the chief (0: only at the end)
     seed: int = 0
     step_timeout: float = STEP_TIMEOUT_SECS
+    save_weights: str | None = None  # the chief writes the final model weights here (.npz; Lab 4, Part C)
 
     @property
     def replicas(self) -> int:
@@ -94,6 +95,7 @@ def check_settings(
     eval_every: int = 50,
     seed: int = 0,
     step_timeout: float = STEP_TIMEOUT_SECS,
+    save_weights: str | None = None,
 ) -> Settings:
     """Validate everything that can be checked before TensorFlow starts; raise
     ``ValueError``/``TypeError`` saying what was given and what is allowed."""
@@ -156,6 +158,7 @@ def check_settings(
         eval_every,
         seed,
         float(step_timeout),
+        save_weights or None,
     )
 
 
@@ -217,6 +220,7 @@ def make_parser(mode: str, description: str | None = None) -> argparse.ArgumentP
         default=STEP_TIMEOUT_SECS,
         help="seconds one train step may block before the run fails (default 60)",
     )
+    p.add_argument("--save-weights", default=None, help="the chief saves the final model weights here (.npz)")
     return p
 
 
@@ -247,6 +251,7 @@ def parse_args(mode: str, argv=None, description: str | None = None, env: Mappin
             eval_every=args.eval_every,
             seed=args.seed,
             step_timeout=args.step_timeout,
+            save_weights=args.save_weights,
         )
     except (ValueError, TypeError) as exc:
         parser.error(str(exc))
