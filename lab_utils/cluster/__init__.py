@@ -17,8 +17,11 @@ One module per job:
 - ``rundir``: run directories, ``state.json``, ``reap`` and ``prune_runs``
 - ``hosts``: how a command starts on a host (local, ssh), free ports
 - ``job``: the life cycle every job shares (start, wait, stop, logs, repr)
-- ``tf``: ``TFCluster`` and the task side (``task_config``, ``start_server``)
+- ``tf``: ``TFCluster`` (PS + workers, or ``ps=0``: workers only, for collective
+  training) and the task side (``task_config``, ``start_server``)
 - ``mpi``: ``MPIJob``, launcher command lines, per-rank logs
+- ``hvdbuild``: which controllers the installed Horovod was built with (probed in
+  a child process, so the kernel never loads TensorFlow for it)
 
 Nothing here imports TensorFlow (only ``start_server`` does, inside the task),
 installs a signal handler in the kernel, uses a fixed port, or writes to the

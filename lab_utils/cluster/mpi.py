@@ -25,10 +25,12 @@ import psutil
 
 from lab_utils import config, report, resources
 from lab_utils.cluster import hosts as hostlib
+from lab_utils.cluster import hvdbuild
 from lab_utils.cluster.job import Job
 from lab_utils.cluster.process import Task, check_fit
 
 _CONTROLLERS = ("mpi", "gloo")
+_CONTROLLER_NAMES = {"mpi": "MPI", "gloo": "Gloo"}
 # mpirun --tag-output: "[job,rank]<stdout>:"; horovodrun: "[rank]<stdout>:" (capture: the rank).
 _RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>:")
 
@@ -59,6 +61,9 @@ class MPIJob(Job):
     switches are added; ``--oversubscribe`` when ``np`` exceeds usable cores.
     Each rank's ``lab_utils.report`` events go to ``rank-<r>.jsonl``; the job
     counts as started once the launcher runs; :meth:`wait` is what matters.
+    Before anything launches, :meth:`start` checks that the memory fits and, for
+    horovodrun, that Horovod was built with the controller (else ``ValueError``
+    saying how to rebuild it).
     """
 
     kind = "mpi"
@@ -151,11 +156,28 @@ class MPIJob(Job):
         return 0  # hostfile: the ranks run where it says
 
     def _check_resources(self) -> None:
+        self._check_build()
         local = self._local_ranks()
         if not self.check_resources or local == 0:
             return
         # one launcher-side guard for the whole job: the ranks are counted without guards
         check_fit(local, f"np={self.np}", self.memory_per_rank, guard=False, hint=lambda fit: f"try np={fit}")
+
+    def _check_build(self) -> None:
+        """horovodrun: the installed Horovod must have the requested controller (probed once
+        per process, without importing TensorFlow here; see :mod:`.hvdbuild`)."""
+        if self.launcher != "horovodrun":
+            return
+        build = hvdbuild.horovod_build()
+        if build.get(self.controller):
+            return
+        have = [c for c in _CONTROLLERS if build.get(c)]
+        instead = f"use controller={have[0]!r}, or " if have else ""
+        raise ValueError(
+            f"controller={self.controller!r} needs Horovod built with {_CONTROLLER_NAMES[self.controller]}, "
+            f"but the installed Horovod has {hvdbuild.describe(build)}; "
+            f"{instead}rebuild it: {hvdbuild.build_command()}"
+        )
 
     def command(self) -> tuple[list[str], dict]:
         """The launcher command line and the extra environment (used by start; shown for teaching)."""
