@@ -104,6 +104,9 @@ def test_parse_args_good(monkeypatch):
     assert (task.job, task.index, task.is_chief) == ("worker", 1, False)
     assert settings.steps == 30 and settings.epochs is None and settings.replicas == 1
     assert settings.straggler == {"worker:1": pytest.approx(0.02)}
+    assert settings.save_weights is None
+    saving, _ = pst.parse_args("async", ["--save-weights", "/tmp/w.npz"], env=tf_config(2, "worker", 0))
+    assert saving.save_weights == "/tmp/w.npz"  # the chief writes its final weights there (Lab 4)
 
 
 @pytest.mark.parametrize(
