@@ -33,6 +33,8 @@ __all__ = [
     "accuracy_curves",
     "plot_metrics",
     "png_bytes",
+    "bandwidth_curves",
+    "speedup_curves",
 ]
 
 
@@ -276,3 +278,53 @@ def png_bytes(fig, dpi: int = 80) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- scaling (Lab 4)
+
+
+def bandwidth_curves(table: pd.DataFrame, title: str | None = None):
+    """Bandwidth against message size, log-log: one line per ``... (GB/s)`` column of
+    ``table`` (indexed by message size in bytes; Lab 4's ``busbw_table``)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for col in [c for c in table.columns if str(c).endswith("(GB/s)")]:
+        ax.plot(table.index, table[col], marker="o", label=str(col).replace(" (GB/s)", ""))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bandwidth (GB/s)")
+    if title:
+        ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def speedup_curves(table: pd.DataFrame, title: str | None = None):
+    """Speedup against workers, one line per ``method``, with the ideal line. Rows whose
+    ``oversubscribed`` is true (more processes than usable cores: they measure the
+    scheduler) are circled and named in the legend (Lab 4's ``scaling_table``)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    top = int(table["workers"].max())
+    ax.plot([1, top], [1, top], "k--", alpha=0.5, label="ideal (linear)")
+    for method, g in table.groupby("method"):
+        g = g.sort_values("workers")
+        (line,) = ax.plot(g["workers"], g["speedup"], marker="o", label=method)
+        over = g[g["oversubscribed"]]
+        if not over.empty:
+            ax.plot(over["workers"], over["speedup"], "o", mfc="none", mec=line.get_color(), ms=14)
+    if table["oversubscribed"].any():
+        cores = table.attrs.get("usable_cores", "the")
+        ax.plot([], [], "o", mfc="none", mec="gray", ms=14, label=f"oversubscribed (more processes than {cores} cores)")
+    ax.set_xlabel("workers / ranks")
+    ax.set_ylabel("speedup over 1 worker")
+    ax.set_xticks(sorted(table["workers"].unique()))
+    if title:
+        ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -8,7 +8,17 @@
 - ``ps_runs``: the notebook side of Labs 2 and 3: launch a PS cluster, turn what
   it reported into the CS 744 tables and figures, inspect a student's graph.
 
-Labs 4-6 add theirs here (``allreduce``, ``towers``, ``compression``). The
+- ``ring``: Lab 4, Part A, the task side under ``mpirun``: a student's
+  ``ring_allreduce`` checked against MPI's ``Allreduce`` (bytes sent counted) and
+  timed against it and a ``memcpy``.
+- ``allreduce``: Lab 4's task side for data-parallel training: settings, the data
+  order every method shares, models, the loop that ``train_hvd.py`` calls, and the
+  references without Horovod (one big-batch process, MultiWorkerMirroredStrategy).
+- ``allreduce_runs``: Lab 4 from the notebook: ring checks, bandwidth sweeps,
+  Horovod / one-process / MWMS runs, weight comparisons, the timeline summary,
+  scaling tables.
+
+Labs 5-6 add theirs here (``towers``, ``compression``). The
 generic layers (cluster, metrics, data, report, plots, ...) never import this
 package. Importing a module here does not import TensorFlow.
 """

@@ -1,0 +1,361 @@
+"""Data-parallel training with all-reduce (Lab 4): the task side.
+
+Lab 4's ``train_hvd.py`` (students complete it in the notebook) is run by
+``horovodrun`` on every rank::
+
+    settings = allreduce.parse_args(argv)          # bad input: exit 2, before TensorFlow
+    hvd.init()
+    model = allreduce.build_model(settings)        # the same start on every rank
+    ... the student's step: gradients averaged over the ranks ...
+    allreduce.train(settings, step, rank=hvd.rank(), size=hvd.size(), model=model)
+
+The same loop also runs the two references of Part C, without Horovod:
+
+* ``python -m lab_utils.training.allreduce --strategy single --emulate-ranks N``:
+  ONE process whose batch at step t is the concatenation of what N ranks would
+  draw at step t (N x b examples), with plain gradients;
+* ``--strategy mwms``: ``tf.distribute.MultiWorkerMirroredStrategy`` with the
+  RING collective, one process per worker (``TFCluster(ps=0, ...)``).
+
+Why all of them end with the same weights: every rank ``r`` of ``N`` trains on
+shard ``r`` (:func:`lab_utils.training.loop.load_shard`, the same contiguous
+shards as Labs 2-3) and draws its batches in the order fixed by seed
+``1000 * seed + r`` (the order Lab 3's synchronous workers use). The model starts
+from the same weights everywhere; the loss of a batch is its *mean*; so the mean
+of N ranks' gradients, each over b examples, is the gradient of the mean over
+all N x b examples: one big-batch step. Only the order of float additions
+differs (see :func:`max_difference`).
+
+Each run reports ``step`` events (``loss``; ``accuracy`` every ``eval_every``
+steps, timed apart from training) and one ``result`` with examples/s; rank 0
+saves the final weights (``--save-weights``) for the comparisons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from lab_utils import report
+from lab_utils.training import loop
+
+__all__ = [
+    "MODELS",
+    "STRATEGIES",
+    "Settings",
+    "make_parser",
+    "parse_args",
+    "check_args",
+    "rank_batches",
+    "global_batches",
+    "build_model",
+    "loss_fn",
+    "load_weights_file",
+    "save_weights",
+    "max_difference",
+    "train",
+    "main",
+]
+
+MODELS = ("logreg", "cnn")
+STRATEGIES = ("hvd", "single", "mwms")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated settings of one run (the same on every rank)."""
+
+    model: str = "logreg"
+    batch_size: int = 60  # per rank
+    steps: int = 200
+    learning_rate: float = 0.5  # before any scaling by the number of ranks
+    seed: int = 0
+    eval_every: int = 0  # steps between test evaluations on rank 0 (0: only at the end)
+    fp16: bool = False  # Horovod's fp16 compression of the gradients on the wire
+    checkpoint_dir: str | None = None  # rank 0 writes a TF checkpoint here at the end
+    save_weights: str | None = None  # rank 0 writes the final weights here (.npz)
+    emulate_ranks: int = 1  # --strategy single: draw the batches of this many ranks per step
+    strategy: str = "hvd"
+
+
+def make_parser(description: str | None = None, prog: str | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description or "Lab 4: data-parallel training with all-reduce")
+    p.add_argument("--model", choices=MODELS, default="logreg", help="logreg (784x10) or cnn (a small CNN)")
+    p.add_argument("--batch-size", type=int, default=60, help="examples per rank and step (default 60)")
+    p.add_argument("--steps", type=int, default=200, help="training steps (every rank makes each one)")
+    p.add_argument("--learning-rate", type=float, default=0.5, help="for one rank's batch; see Lab 4, Part B")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=0, help="steps between test evaluations (0: at the end)")
+    p.add_argument("--fp16", action="store_true", help="compress gradients to float16 on the wire")
+    p.add_argument("--checkpoint-dir", default=None, help="rank 0 saves a TensorFlow checkpoint here")
+    p.add_argument("--save-weights", default=None, help="rank 0 saves the final weights here (.npz)")
+    p.add_argument("--emulate-ranks", type=int, default=1, help="--strategy single: batches of N ranks per step")
+    p.add_argument("--strategy", choices=STRATEGIES, default="hvd", help=argparse.SUPPRESS)
+    return p
+
+
+def parse_args(argv=None, description: str | None = None, prog: str | None = None) -> Settings:
+    """Settings from the command line; bad values end the process with exit 2 and a
+    message (``argparse``), before TensorFlow is imported."""
+    p = make_parser(description, prog)
+    a = p.parse_args(argv)
+    for name, low in (("batch_size", 1), ("steps", 1), ("eval_every", 0), ("seed", 0), ("emulate_ranks", 1)):
+        if getattr(a, name) < low:
+            p.error(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(a, name)}")
+    if not a.learning_rate > 0:
+        p.error(f"--learning-rate must be > 0, got {a.learning_rate}")
+    if a.emulate_ranks > 1 and a.strategy != "single":
+        p.error("--emulate-ranks is for --strategy single (one process standing in for N ranks)")
+    return Settings(**{k: v for k, v in vars(a).items()})
+
+
+def check_args(argv) -> Settings:
+    """:func:`parse_args` for the notebook side: bad arguments raise ``ValueError`` with
+    argparse's message instead of ending the process (checked before any launch)."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return parse_args(list(argv), prog="the training script")
+    except SystemExit as exc:
+        message = err.getvalue().strip().splitlines()
+        raise ValueError(f"bad arguments {list(argv)}: {message[-1] if message else exc}") from None
+
+
+# ----------------------------------------------------------------------------- data order
+
+
+def rank_batches(data, rank: int, size: int, batch_size: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Rank ``rank`` of ``size``'s batches: its shard of ``data``, in the order fixed by
+    ``1000 * seed + rank`` (Lab 3's synchronous workers draw theirs the same way)."""
+    shard = loop.load_shard(size, rank, batch_size, data)
+    return shard.batches(batch_size, seed * 1000 + rank)
+
+
+def global_batches(data, size: int, batch_size: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """What ``size`` ranks draw together at each step, as ONE batch of ``size x batch_size``
+    (rank 0's examples first): the big-batch process of Lab 4, Part C."""
+    streams = [rank_batches(data, r, size, batch_size, seed) for r in range(size)]
+    while True:
+        parts = [next(s) for s in streams]
+        yield np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def build_model(settings: Settings, seed: int | None = None):
+    """A Keras model, built (its variables exist). ``logreg``: one dense layer 784 -> 10
+    with zero initial weights (Labs 1-3's model); ``cnn``: conv 5x5x8, max-pool, dense
+    10, with Glorot initial weights drawn from ``seed`` (default ``settings.seed``):
+    give each rank another seed and only a broadcast makes them start equal."""
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    if settings.model == "logreg":
+        model = tf.keras.Sequential(
+            [layers.Dense(10, kernel_initializer="zeros", bias_initializer="zeros", name="softmax")], name="logreg"
+        )
+    else:
+        init = tf.keras.initializers.GlorotUniform(seed=settings.seed if seed is None else seed)
+        model = tf.keras.Sequential(
+            [
+                layers.Reshape((28, 28, 1)),
+                layers.Conv2D(8, 5, activation="relu", kernel_initializer=init, name="conv"),
+                layers.MaxPooling2D(4),
+                layers.Flatten(),
+                layers.Dense(10, kernel_initializer=init, name="softmax"),
+            ],
+            name="cnn",
+        )
+    model.build((None, 784))
+    return model
+
+
+def loss_fn(logits, labels):
+    """Mean softmax cross-entropy of a batch (the same fused op as Labs 1-3)."""
+    import tensorflow as tf
+
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+def _accuracy(model, x, y) -> float:
+    logits = model(x, training=False).numpy()
+    return float(np.mean(np.argmax(logits, axis=1) == y))
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+def save_weights(model, path: str | os.PathLike) -> None:
+    """The model's weights as ``w0, w1, ...`` (build order) in an ``.npz`` file."""
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, **{f"w{i}": v.numpy() for i, v in enumerate(model.weights)})
+    os.replace(tmp, path)
+
+
+def load_weights_file(path: str | os.PathLike) -> list[np.ndarray]:
+    """The arrays :func:`save_weights` wrote, in order (Lab 3's PS runs write the same layout)."""
+    with np.load(path) as f:
+        return [f[k] for k in sorted(f.files, key=lambda k: int(k[1:]))]
+
+
+def max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> dict:
+    """How far two sets of weights are apart: ``max_abs`` and ``max_rel`` (relative to
+    the largest weight magnitude). Raises ValueError when the shapes differ."""
+    shapes_a, shapes_b = [np.shape(w) for w in a], [np.shape(w) for w in b]
+    if shapes_a != shapes_b:
+        raise ValueError(f"the weights have different shapes: {shapes_a} vs {shapes_b}")
+    diff = max((float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True) if np.size(x)), default=0.0)
+    scale = max((float(np.max(np.abs(x))) for x in a if np.size(x)), default=0.0)
+    return {"max_abs": diff, "max_rel": diff / scale if scale else diff}
+
+
+# ----------------------------------------------------------------------------- the loop
+
+#: ``step(x_batch, y_batch) -> loss``: one training step (the student's, for Horovod).
+StepFn = Callable[[np.ndarray, np.ndarray], object]
+
+
+def train(
+    settings: Settings,
+    step: StepFn,
+    *,
+    rank: int,
+    size: int,
+    model,
+    data=None,
+    checkpoint: Callable[[], None] | None = None,
+    extra: dict | None = None,
+) -> dict:
+    """Run ``settings.steps`` steps of ``step`` on this rank's batches and report.
+
+    The first step is a warm-up (``tf.function`` tracing, the first collectives): it
+    trains like the others but is not timed or counted in ``examples``. Rank 0
+    evaluates on the test set every ``eval_every`` steps (timed apart), saves the
+    weights to ``settings.save_weights`` and creates ``checkpoint_dir``; then every
+    rank calls ``checkpoint()`` (the script writes on rank 0 only). Every rank reports one ``result``: ``examples_per_sec`` of this rank, the
+    loop's timings, ``accuracy`` (rank 0), ``loss``. Returns it."""
+    from lab_utils.data import load_mnist
+
+    clock = loop.Clock()
+    data = load_mnist(verbose=False) if data is None else data
+    if settings.strategy == "single" and settings.emulate_ranks > 1:
+        batches = global_batches(data, settings.emulate_ranks, settings.batch_size, settings.seed)
+    else:
+        batches = rank_batches(data, rank, size, settings.batch_size, settings.seed)
+    clock.mark("graph")
+    clock.mark("session")
+    done = {"steps": 0}
+    last = {"loss": float("nan")}
+
+    def one(xb, yb, _stats):
+        last["loss"] = float(step(xb, yb))
+        done["steps"] += 1
+        return done["steps"], last["loss"]
+
+    evaluate = (lambda: _accuracy(model, data.x_test, data.y_test)) if rank == 0 else None
+    one(*next(batches), None)  # warm-up: tracing the step function and the first collectives, not timed
+    stats = loop.run_steps(
+        one,
+        batches,
+        settings.steps,
+        clock=clock,
+        global_step=lambda: done["steps"],
+        evaluate=evaluate,
+        eval_every=settings.eval_every,
+    )
+    head = {"strategy": settings.strategy, "model": settings.model, "rank": rank, "size": size, "loss": last["loss"]}
+    if rank == 0:
+        head["accuracy"] = _accuracy(model, data.x_test, data.y_test)
+        if settings.save_weights:
+            save_weights(model, settings.save_weights)
+        if settings.checkpoint_dir:
+            os.makedirs(settings.checkpoint_dir, exist_ok=True)
+    if checkpoint is not None:
+        checkpoint()  # on every rank: the script decides who writes (rank 0)
+    clock.mark("end")
+    tail = {"batch_size": settings.batch_size, "steps": settings.steps, "warmup_steps": 1, "fp16": settings.fp16}
+    tail.update(extra or {})
+    return loop.report_result(head, stats, clock, tail)
+
+
+# ----------------------------------------------------------------------------- references without Horovod
+
+
+def _single(settings: Settings) -> dict:
+    """One process, plain gradients (the big-batch reference of Part C)."""
+    import tensorflow as tf
+
+    tf.random.set_seed(settings.seed)
+    model = build_model(settings)
+    opt = tf.keras.optimizers.SGD(settings.learning_rate)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(model(x, training=True), y)
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables, strict=True))
+        return loss
+
+    return train(settings, step, rank=0, size=1, model=model, extra={"emulate_ranks": settings.emulate_ranks})
+
+
+def _mwms(settings: Settings) -> dict:
+    """``MultiWorkerMirroredStrategy`` with the RING collective (TF_CONFIG from TFCluster)."""
+    import tensorflow as tf
+
+    from lab_utils.cluster import task_config
+
+    cfg = task_config()
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING
+    )
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    report.ready(address=cfg.address)
+    size = strategy.num_replicas_in_sync
+    global_batch = settings.batch_size * size
+    with strategy.scope():
+        model = build_model(settings)
+        opt = tf.keras.optimizers.SGD(settings.learning_rate)
+
+    @tf.function
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=model(x, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(list(zip(grads, model.trainable_variables, strict=True)))  # summed over the workers
+        return loss
+
+    def step(x, y):
+        per_replica = strategy.run(replica_step, args=(tf.constant(x), tf.constant(y)))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return train(settings, step, rank=cfg.index, size=size, model=model)
+
+
+def main(argv=None) -> int:
+    """``python -m lab_utils.training.allreduce --strategy single|mwms ...``."""
+    settings = parse_args(argv, description="Lab 4's references: one big-batch process, or MultiWorkerMirrored")
+    if settings.strategy == "hvd":
+        raise SystemExit("--strategy hvd is what train_hvd.py runs (Lab 4, Exercise 3); here: single or mwms")
+    from lab_utils.models import import_tensorflow
+
+    import_tensorflow()
+    if settings.strategy == "single":
+        report.ready()
+        _single(settings)
+    else:
+        _mwms(settings)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

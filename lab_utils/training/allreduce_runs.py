@@ -1,0 +1,492 @@
+"""Lab 4 from the notebook: check a ring, measure bandwidth, run Horovod and the references.
+
+Every call launches processes with :mod:`lab_utils.cluster` (``MPIJob`` for
+``mpirun``/``horovodrun``, ``TFCluster(ps=0)`` for MultiWorkerMirroredStrategy and
+the one-process reference) and returns plain data; nothing here imports
+TensorFlow into the kernel.
+
+* Part A: :func:`check_ring` (a student's ``ring_allreduce`` against MPI's, with the
+  bytes each rank sent), :func:`busbw_sweep` (seconds per all-reduce for each
+  message size: the hand ring, MPI's ``Allreduce``, a ``memcpy``), :func:`busbw_table`
+  and :func:`plot_busbw`.
+* Part B: :func:`run_hvd` (a ``train_hvd.py`` under ``horovodrun``, Gloo or MPI;
+  optionally with a Horovod timeline, summarised by :func:`timeline_summary`).
+* Part C: :func:`run_single` (one process, N x b examples per step),
+  :func:`run_mwms` (MultiWorkerMirroredStrategy, RING), and :func:`weights_table`.
+* Part D: :func:`scaling_table` and :func:`plot_scaling`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lab_utils import plots
+from lab_utils.cluster import MPIJob, TFCluster
+from lab_utils.cluster.job import format_args
+from lab_utils.resources import usable_cores
+from lab_utils.training.allreduce import check_args, load_weights_file, max_difference
+
+__all__ = [
+    "RANK_MEMORY_BYTES",
+    "check_ring",
+    "busbw_sweep",
+    "busbw_table",
+    "plot_busbw",
+    "TrainRun",
+    "run_hvd",
+    "run_single",
+    "run_mwms",
+    "weights_table",
+    "timeline_summary",
+    "scaling_table",
+    "plot_scaling",
+]
+
+#: Memory of one mpi4py rank (NumPy, no TensorFlow) for the resource check; a 64 MB
+#: message needs its input, output and receive buffers.
+RANK_MEMORY_BYTES = 400 * 1024**2
+MB = 1024**2
+
+
+def _job(np_: int, script: str, args: Sequence[str], **kwargs) -> dict:
+    """Run one MPIJob to its end; ``(results, run_dir)``."""
+    kwargs.setdefault("progress", False)
+    with MPIJob(np=np_, script=script, args=[str(a) for a in args], **kwargs) as job:
+        results = job.wait()
+    return results, job
+
+
+# ----------------------------------------------------------------------------- Part A
+
+
+def check_ring(
+    ring_file: str | os.PathLike,
+    np: int = 2,
+    sizes: Sequence[int] = (0, 1, 7, 1000),
+    dtypes: Sequence[str] = ("int64", "float32"),
+    *,
+    seed: int = 0,
+    timeout: float = 120,
+) -> pd.DataFrame:
+    """Run ``ring_allreduce`` from ``ring_file`` on ``np`` ranks (``mpirun``) for every
+    size x dtype and compare each result with MPI's ``Allreduce``. One row per case:
+    ``ok``, ``problem``, the float error, and ``bytes sent`` (per rank).
+
+    A ring that deadlocks ends at ``timeout`` with a ``ClusterError`` that shows the
+    ranks' output."""
+    path = Path(ring_file).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"{ring_file} not found: run the `%%writefile {Path(ring_file).name}` cell first")
+    args = ["check", "--ring", path, "--sizes", *sizes, "--dtypes", *dtypes, "--seed", seed]
+    results, _ = _job(
+        np, "-m lab_utils.training.ring", args, launcher="mpirun", timeout=timeout, memory_per_rank=RANK_MEMORY_BYTES
+    )
+    cases = results["rank:0"]["cases"]
+    table = pd.DataFrame(cases).drop(columns=["raised"], errors="ignore")
+    return table.rename(columns={"bytes_sent": "bytes sent", "max_rel_err": "max rel error"})
+
+
+def busbw_sweep(
+    ring_file: str | os.PathLike | None,
+    np: int = 2,
+    sizes: Sequence[int] = tuple(2**k for k in range(10, 27, 2)),
+    *,
+    repeats: int = 5,
+    timeout: float = 600,
+) -> pd.DataFrame:
+    """Seconds per all-reduce of each message size (bytes) on ``np`` ranks: the ring of
+    ``ring_file`` (None: skip it), MPI's ``Allreduce`` and a ``memcpy`` of the buffer;
+    each the median of ``repeats`` (the slowest rank's time). One row per size."""
+    args = ["busbw", "--sizes", *sizes, "--repeats", repeats]
+    if ring_file is not None:
+        args += ["--ring", Path(ring_file).resolve()]
+    results, _ = _job(
+        np, "-m lab_utils.training.ring", args, launcher="mpirun", timeout=timeout, memory_per_rank=RANK_MEMORY_BYTES
+    )
+    return pd.DataFrame(results["rank:0"]["rows"])
+
+
+def busbw_table(times: pd.DataFrame, bytes_sent: Callable[[int, int], float]) -> pd.DataFrame:
+    """Bandwidths (GB/s) from :func:`busbw_sweep`'s seconds. *Bus bandwidth* is what one
+    rank sends per second: ``bytes_sent(nbytes, np) / seconds``, with ``bytes_sent``
+    the per-rank traffic of a ring all-reduce (Exercise 2); it can be compared with a
+    link's speed and across rank counts. ``memcpy`` is bytes copied per second."""
+    rows = []
+    for r in times.to_dict("records"):
+        sent = bytes_sent(r["bytes"], r["np"])
+        row = {"bytes": r["bytes"], "MPI Allreduce (GB/s)": sent / r["mpi_s"] / 1e9}
+        if "ring_s" in r and not pd.isna(r.get("ring_s")):
+            row["hand ring (GB/s)"] = sent / r["ring_s"] / 1e9
+            row["ring / MPI"] = r["mpi_s"] / r["ring_s"]
+        row["memcpy (GB/s)"] = r["bytes"] / r["memcpy_s"] / 1e9
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("bytes")
+
+
+def plot_busbw(table: pd.DataFrame, title: str | None = None):
+    """Bandwidth against message size: :func:`lab_utils.plots.bandwidth_curves` of :func:`busbw_table`."""
+    return plots.bandwidth_curves(table, title=title or "bus bandwidth of an all-reduce, and memcpy")
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+@dataclass
+class TrainRun:
+    """What one data-parallel run reported (:func:`run_hvd`, :func:`run_single`, :func:`run_mwms`)."""
+
+    label: str
+    method: str  # "horovod (gloo)", "horovod (mpi)", "one process", "mwms (ring)"
+    ranks: int
+    results: dict[str, dict]  # "rank:<r>" -> that rank's result
+    events: pd.DataFrame
+    wall_time: float
+    args: dict = field(default_factory=dict)
+    run_dir: str | None = None
+    weights_path: str | None = None
+    timeline_path: str | None = None
+    monitor: Any = None
+
+    def _rank0(self) -> dict:
+        return self.results.get("rank:0") or next(iter(self.results.values()))
+
+    @property
+    def accuracy(self) -> float:
+        return float(self._rank0()["accuracy"])
+
+    @property
+    def batch_size(self) -> int:
+        """Examples per step of the whole run (all ranks together)."""
+        r = self._rank0()
+        return int(r["batch_size"]) * self.ranks * int(r.get("emulate_ranks", 1))
+
+    @property
+    def examples_per_sec(self) -> float:
+        """All ranks' training examples over the longest training time."""
+        rows = list(self.results.values())
+        longest = max(r["train_time"] for r in rows)
+        return sum(r["examples"] for r in rows) / longest if longest > 0 else float("nan")
+
+    def weights(self) -> list[np.ndarray]:
+        if not self.weights_path:
+            raise ValueError(f"{self.label}: run without save_weights=True")
+        return load_weights_file(self.weights_path)
+
+    def bytes_per_step(self) -> dict:
+        """Host-level network bytes (loopback included) per training step, from the monitor."""
+        if self.monitor is None:
+            raise ValueError(f"{self.label}: run with monitor=True to count bytes")
+        total = self.monitor.summary().loc["total"]
+        steps = int(self._rank0()["steps"])
+        return {"read": total["Network R"] / steps, "write": total["Network W"] / steps, "steps": steps}
+
+    def __repr__(self) -> str:
+        return (
+            f"<TrainRun {self.label!r}: {self.method}, {self.ranks} rank(s), batch {self.batch_size}, "
+            f"accuracy {self.accuracy:.4f}, {self.examples_per_sec:,.0f} examples/s, {self.wall_time:.1f} s>"
+        )
+
+    def _repr_html_(self) -> str:
+        return (
+            f"<b>{html.escape(self.label)}</b>: {html.escape(self.method)}, {self.ranks} rank(s), "
+            f"{self.batch_size} examples per step, test accuracy <b>{self.accuracy:.4f}</b>, "
+            f"{self.examples_per_sec:,.0f} examples/s, {self.wall_time:.1f} s wall"
+        )
+
+
+def _prepare(args: Mapping[str, Any] | None, save_weights: bool, run_dir: Path) -> tuple[dict, str | None]:
+    args = dict(args or {})
+    path = None
+    if save_weights:
+        path = str(run_dir / "weights.npz")
+        args["save_weights"] = path
+    return args, path
+
+
+def _run_dir(kind: str) -> Path:
+    from lab_utils.cluster import run_root
+
+    path = run_root() / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{os.urandom(3).hex()}"
+    path.mkdir(parents=True)
+    return path
+
+
+def _finish(job, label, method, ranks, args, t0, weights, timeline=None, monitor=None) -> TrainRun:
+    results = {k: v for k, v in job.results().items()}
+    missing = [f"rank:{r}" for r in range(ranks) if f"rank:{r}" not in results]
+    if missing:
+        raise RuntimeError(f"{', '.join(missing)} exited 0 without a result; logs in {job.run_dir}")
+    events = pd.DataFrame.from_records(job.events("step"))
+    return TrainRun(
+        label,
+        method,
+        ranks,
+        results,
+        events,
+        time.monotonic() - t0,
+        args,
+        str(job.run_dir),
+        weights,
+        timeline,
+        monitor,
+    )
+
+
+def _with_monitor(job, monitor: bool, interval: float):
+    if not monitor:
+        job.wait()
+        return None
+    from lab_utils.metrics import Monitor
+
+    with Monitor(cluster=job, interval=interval) as mon:
+        job.wait()
+    return mon
+
+
+def run_hvd(
+    script: str | os.PathLike,
+    np: int = 2,
+    *,
+    args: Mapping[str, Any] | None = None,
+    controller: str = "gloo",
+    timeline: bool = False,
+    save_weights: bool = False,
+    monitor: bool = False,
+    interval: float = 0.25,
+    timeout: float = 600,
+    progress: bool = True,
+    label: str | None = None,
+) -> TrainRun:
+    """``horovodrun -np np`` (``controller`` "gloo" or "mpi") of ``script`` with ``args``
+    (``{"batch_size": 60}`` -> ``--batch-size 60``). ``timeline``: record a Horovod
+    timeline (:func:`timeline_summary` reads it); ``save_weights``: rank 0 saves the
+    final weights; ``monitor``: sample CPU, memory and network while it trains.
+    ``args`` are checked against :func:`lab_utils.training.allreduce.parse_args` first:
+    bad ones raise ``ValueError`` before anything starts."""
+    check_args(format_args(args))
+    run_dir = _run_dir("hvd")
+    args, weights = _prepare(args, save_weights, run_dir)
+    env, tl = {}, None
+    if timeline:
+        tl = str(run_dir / "timeline.json")
+        env["HOROVOD_TIMELINE"] = tl
+    t0 = time.monotonic()
+    job = MPIJob(
+        np=np,
+        script=script,
+        args=args,
+        launcher="horovodrun",
+        controller=controller,
+        env=env,
+        timeout=timeout,
+        progress=progress,
+        run_dir=run_dir,
+        name=label or Path(str(script)).stem,
+    )
+    with job:
+        mon = _with_monitor(job, monitor, interval)
+    label = label or f"horovod {controller} np={np}"
+    return _finish(job, label, f"horovod ({controller})", np, args, t0, weights, tl, mon)
+
+
+def _tf_run(strategy: str, workers: int, args, save_weights, monitor, interval, timeout, label, progress) -> TrainRun:
+    check_args(format_args({**dict(args or {}), "strategy": strategy}))
+    run_dir = _run_dir(strategy)
+    args, weights = _prepare(args, save_weights, run_dir)
+    args["strategy"] = strategy
+    t0 = time.monotonic()
+    cluster = TFCluster(
+        ps=0,
+        workers=workers,
+        script="-m lab_utils.training.allreduce",
+        args=args,
+        timeout=timeout,
+        progress=progress,
+        run_dir=run_dir,
+        name=strategy,
+    )
+    with cluster:
+        mon = _with_monitor(cluster, monitor, interval)
+    results = {f"rank:{r['rank']}": r for r in cluster.results().values()}
+    events = pd.DataFrame.from_records(cluster.events("step"))
+    method = "one process" if strategy == "single" else "mwms (ring)"
+    return TrainRun(
+        label or f"{method} x{workers}",
+        method,
+        workers,
+        results,
+        events,
+        time.monotonic() - t0,
+        args,
+        str(run_dir),
+        weights,
+        None,
+        mon,
+    )
+
+
+def run_single(
+    emulate_ranks: int = 1,
+    *,
+    args: Mapping[str, Any] | None = None,
+    save_weights: bool = False,
+    monitor: bool = False,
+    interval: float = 0.25,
+    timeout: float = 600,
+    label: str | None = None,
+    progress: bool = True,
+) -> TrainRun:
+    """ONE process, plain gradients, whose batch at each step is what ``emulate_ranks``
+    ranks of ``args["batch_size"]`` would draw together (Part C's big-batch reference)."""
+    args = {**dict(args or {}), "emulate_ranks": emulate_ranks}
+    label = label or f"one process, {emulate_ranks} ranks' batches per step"
+    return _tf_run("single", 1, args, save_weights, monitor, interval, timeout, label, progress)
+
+
+def run_mwms(
+    workers: int = 2,
+    *,
+    args: Mapping[str, Any] | None = None,
+    save_weights: bool = False,
+    monitor: bool = False,
+    interval: float = 0.25,
+    timeout: float = 600,
+    label: str | None = None,
+    progress: bool = True,
+) -> TrainRun:
+    """``tf.distribute.MultiWorkerMirroredStrategy`` (RING collective), one process per worker."""
+    return _tf_run("mwms", workers, args, save_weights, monitor, interval, timeout, label, progress)
+
+
+def weights_table(named: Mapping[str, list[np.ndarray]], reference: str | None = None) -> pd.DataFrame:
+    """How far each set of final weights is from ``reference`` (default: the first):
+    ``max |difference|`` and that over the largest weight (``max rel``)."""
+    if not named:
+        raise ValueError("weights_table needs at least one set of weights")
+    reference = reference or next(iter(named))
+    ref = named[reference]
+    rows = [{"run": name, **max_difference(ref, w)} for name, w in named.items()]
+    out = pd.DataFrame(rows).set_index("run").rename(columns={"max_abs": "max |diff|", "max_rel": "max rel diff"})
+    out.attrs["reference"] = reference
+    return out
+
+
+# ----------------------------------------------------------------------------- Horovod timeline
+
+
+def _read_trace(path: str | os.PathLike) -> list[dict]:
+    """Horovod's timeline: a Chrome trace JSON array that a killed or still running job
+    leaves without its closing bracket."""
+    text = Path(path).read_text().strip()
+    if not text:
+        return []
+    if not text.endswith("]"):
+        text = text.rstrip(",\n ") + "]"
+    return json.loads(text)
+
+
+def _intervals(trace: list[dict]) -> dict[str, list[tuple[str, float, float]]]:
+    """``{activity: [(tensor, start_s, end_s), ...]}`` of the top-level ``B``/``E`` pairs."""
+    names = {e.get("pid"): e.get("args", {}).get("name") for e in trace if e.get("name") == "process_name"}
+    open_at: dict[tuple, list] = {}
+    out: dict[str, list] = {}
+    for e in trace:
+        key = (e.get("pid"), e.get("tid"))
+        if e.get("ph") == "B":
+            open_at.setdefault(key, []).append((e.get("name", "?"), e["ts"]))
+        elif e.get("ph") == "E" and open_at.get(key):
+            name, ts = open_at[key].pop()
+            if not open_at[key]:  # a top-level activity of that tensor
+                out.setdefault(name, []).append((names.get(e.get("pid"), e.get("pid")), ts / 1e6, e["ts"] / 1e6))
+    return out
+
+
+def _covered(intervals: list[tuple[float, float]]) -> float:
+    """Seconds covered by the union of ``intervals`` (tensors negotiate in parallel)."""
+    total, end = 0.0, float("-inf")
+    for lo, hi in sorted(intervals):
+        if hi > end:
+            total += hi - max(lo, end)
+            end = hi
+    return total
+
+
+def timeline_summary(run: TrainRun | str | os.PathLike) -> pd.DataFrame:
+    """Where a step's time went, from a Horovod timeline (written by rank 0's background
+    thread): per activity, the wall time it covered (several tensors at once count
+    once) and how many times each tensor went through it. ``NEGOTIATE_ALLREDUCE`` is
+    waiting until every rank has that gradient ready; ``ALLREDUCE`` is the reduction
+    itself, with the copies into and out of the fusion buffer.
+
+    The first occurrence per tensor (the warm-up step, which also waits for every
+    rank's tracing) is left out. Given a :class:`TrainRun`, adds milliseconds per
+    step, ``compute and the rest`` (the measured time per step minus both) and
+    each row's share of a step."""
+    path = run.timeline_path if isinstance(run, TrainRun) else run
+    if not path or not Path(path).is_file():
+        raise ValueError("no timeline: run with run_hvd(..., timeline=True)")
+    rows = []
+    for name, spans in _intervals(_read_trace(path)).items():
+        seen, kept = set(), []
+        for tensor, lo, hi in spans:
+            if tensor in seen or "ALLREDUCE" not in name:
+                kept.append((lo, hi))
+            seen.add(tensor)
+        per_tensor = max(sum(1 for t, _, _ in spans if t == x) for x in seen)
+        rows.append({"activity": name, "seconds": _covered(kept), "cycles": per_tensor - ("ALLREDUCE" in name)})
+    rows.sort(key=lambda row: -row["seconds"])
+    if isinstance(run, TrainRun):
+        r0 = run._rank0()
+        steps = int(r0["steps"]) - int(r0.get("warmup_steps", 0))
+        step_ms = float(r0["train_time"]) / steps * 1e3
+        rows = [row for row in rows if "ALLREDUCE" in row["activity"]]
+        for row in rows:
+            row["per step (ms)"] = row["seconds"] / steps * 1e3
+        rest = max(0.0, step_ms - sum(row["per step (ms)"] for row in rows))
+        rows.append(
+            {"activity": "compute and the rest", "seconds": rest * steps / 1e3, "cycles": steps, "per step (ms)": rest}
+        )
+        for row in rows:
+            row["share of a step"] = row["per step (ms)"] / step_ms
+    return pd.DataFrame(rows).set_index("activity")
+
+
+# ----------------------------------------------------------------------------- Part D
+
+
+def scaling_table(runs: Sequence[Any]) -> pd.DataFrame:
+    """One row per run: method, workers/ranks, examples/s, speedup over the same
+    method's 1-worker run, efficiency (speedup / workers), and whether the run had
+    more processes than usable cores (``oversubscribed``). Takes :class:`TrainRun`
+    and Labs 2-3's ``PSRun`` alike."""
+    cores = usable_cores()
+    rows = []
+    for r in runs:
+        method = getattr(r, "method", None) or f"PS ({r.mode})"
+        n = getattr(r, "ranks", None) or r.workers
+        procs = n + (1 if method.startswith("PS") else 0)
+        rows.append({"method": method, "workers": n, "examples/s": r.examples_per_sec, "oversubscribed": procs > cores})
+    table = pd.DataFrame(rows)
+    base = {m: g.loc[g["workers"].idxmin()] for m, g in table.groupby("method")}
+    table["speedup"] = [
+        row["examples/s"] / base[row["method"]]["examples/s"] * base[row["method"]]["workers"]
+        for _, row in table.iterrows()
+    ]
+    table["efficiency"] = table["speedup"] / table["workers"]
+    table.attrs["usable_cores"] = cores
+    return table[["method", "workers", "examples/s", "speedup", "efficiency", "oversubscribed"]]
+
+
+def plot_scaling(table: pd.DataFrame, title: str | None = None):
+    """Speedup against workers (:func:`lab_utils.plots.speedup_curves` of :func:`scaling_table`)."""
+    return plots.speedup_curves(table, title=title or "scaling: parameter server vs all-reduce")

@@ -1,0 +1,160 @@
+"""Lab 4 on real processes: the ring checker (right, wrong and deadlocked rings), the
+bandwidth sweep, and the weight-equality claim of Part C with the instructor's scripts:
+Horovod (Gloo and MPI), one big-batch process, Lab 3's synchronous PS and
+MultiWorkerMirroredStrategy end with the same weights, and a broken equivalence does not."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from lab_utils.cluster import ClusterError
+from lab_utils.grading import reference_script
+from lab_utils.training import allreduce, allreduce_runs, ps_runs
+
+pytestmark = pytest.mark.process
+
+TOLERANCE = 1e-5  # relative to the largest weight (Lab 4, Part C)
+
+
+@pytest.fixture(autouse=True)
+def run_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
+
+
+@pytest.fixture(scope="module")
+def ring_ref():
+    return reference_script("04_allreduce", "ring.py")
+
+
+@pytest.fixture(scope="module")
+def hvd_ref():
+    return reference_script("04_allreduce", "train_hvd.py")
+
+
+# ----------------------------------------------------------------------------- Part A
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3, 4])
+def test_reference_ring_matches_mpi_allreduce(ring_ref, np_):
+    table = allreduce_runs.check_ring(
+        ring_ref, np=np_, sizes=[0, 1, 2, 5, 1001], dtypes=["int32", "int64", "float32", "float64"]
+    )
+    assert len(table) == 20 and table["ok"].all(), table[~table["ok"]].to_string()
+    sent = table[(table["n"] == 1001) & (table["dtype"] == "float64")]["bytes sent"].iloc[0]
+    theory = 2 * (np_ - 1) / np_ * 1001 * 8
+    assert all(abs(b - theory) <= 2 * 8 for b in sent), (sent, theory)  # within a chunk's rounding
+
+
+BAD_RINGS = {
+    "no_sum": ("def ring_allreduce(comm, x):\n    return x.copy()\n", "integer sums differ"),
+    "in_place": ("def ring_allreduce(comm, x):\n    x += 0 * x\n    x[...] = 0\n    return x\n", "changed its input"),
+    "raises": ("def ring_allreduce(comm, x):\n    raise KeyError('oops')\n", "raised KeyError"),
+    "wrong_dtype": ("def ring_allreduce(comm, x):\n    return x.astype('float64')\n", "returned shape"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_RINGS))
+def test_wrong_rings_are_reported_per_case(tmp_path, name):
+    code, problem = BAD_RINGS[name]
+    path = tmp_path / "ring.py"
+    path.write_text(code)
+    table = allreduce_runs.check_ring(path, np=2, sizes=[3, 4], dtypes=["int64"])
+    assert not table["ok"].any()
+    assert table["problem"].str.contains(problem).all(), table["problem"].tolist()
+
+
+def test_a_deadlocked_ring_ends_at_the_timeout_with_the_log(tmp_path):
+    path = tmp_path / "ring.py"
+    path.write_text(
+        "import numpy as np\n\ndef ring_allreduce(comm, x):\n"
+        "    buf = np.empty_like(x)\n    comm.Recv(buf, source=(comm.Get_rank() + 1) % comm.Get_size())\n    return buf\n"
+    )
+    start = time.monotonic()
+    with pytest.raises(ClusterError, match="run timeout of 8 s"):
+        allreduce_runs.check_ring(path, np=2, sizes=[4], dtypes=["int64"], timeout=8)
+    assert time.monotonic() - start < 30
+
+
+def test_busbw_sweep_times_every_method(ring_ref):
+    times = allreduce_runs.busbw_sweep(ring_ref, np=2, sizes=[1024, 1 << 20], repeats=3)
+    assert list(times["bytes"]) == [1024, 1 << 20]
+    assert (times[["mpi_s", "ring_s", "memcpy_s"]] > 0).all().all()
+    table = allreduce_runs.busbw_table(times, lambda nbytes, n: 2 * (n - 1) / n * nbytes)
+    assert table.loc[1 << 20, "hand ring (GB/s)"] > table.loc[1024, "hand ring (GB/s)"]  # latency-bound at 1 KB
+
+
+# ----------------------------------------------------------------------------- Parts B and C
+
+
+@pytest.fixture(scope="module")
+def equal_runs(hvd_ref, tmp_path_factory):
+    """Horovod (Gloo, MPI), one process, sync PS, MWMS with equivalent settings: weights."""
+    os.environ.setdefault("LABS_RUN_ROOT", str(tmp_path_factory.mktemp("runs")))
+    base = {"steps": 40, "seed": 3, "batch_size": 50}
+    lr = 0.2
+    out = {}
+    for controller in ("gloo", "mpi"):
+        run = allreduce_runs.run_hvd(
+            hvd_ref, 2, args={**base, "learning_rate": lr}, controller=controller, save_weights=True, timeline=True
+        )
+        out[f"horovod {controller}"] = run
+    out["one process"] = allreduce_runs.run_single(2, args={**base, "learning_rate": 2 * lr}, save_weights=True)
+    out["mwms"] = allreduce_runs.run_mwms(2, args={**base, "learning_rate": 2 * lr}, save_weights=True)
+    ps_file = str(tmp_path_factory.mktemp("ps") / "weights.npz")
+    out["sync PS"] = ps_runs.run_ps(
+        reference_script("03_ps_sync", "train_sync.py"),
+        workers=2,
+        monitor=False,
+        progress=False,
+        args={**base, "learning_rate": 2 * lr, "eval_every": 0, "save_weights": ps_file},
+    )
+    out["sync PS weights"] = allreduce.load_weights_file(ps_file)
+    return out
+
+
+def test_four_methods_end_with_the_same_weights(equal_runs):
+    weights = {
+        "one process": equal_runs["one process"].weights(),
+        "horovod gloo": equal_runs["horovod gloo"].weights(),
+        "horovod mpi": equal_runs["horovod mpi"].weights(),
+        "mwms": equal_runs["mwms"].weights(),
+        "sync PS": equal_runs["sync PS weights"],
+    }
+    table = allreduce_runs.weights_table(weights)
+    assert (table["max rel diff"] <= TOLERANCE).all(), table
+    assert float(abs(weights["one process"][0]).max()) > 0.01  # the model did train
+    for name in ("horovod gloo", "horovod mpi"):
+        run = equal_runs[name]
+        assert sorted(run.results) == ["rank:0", "rank:1"] and run.accuracy > 0.5
+        assert run.results["rank:0"]["examples"] == 39 * 50  # the warm-up step is not counted
+
+
+def test_an_unscaled_learning_rate_breaks_the_equality(equal_runs):
+    """The comparison can fail: one process with Horovod's unscaled learning rate differs."""
+    other = allreduce_runs.run_single(
+        2, args={"steps": 40, "seed": 3, "batch_size": 50, "learning_rate": 0.2}, save_weights=True
+    )
+    diff = allreduce.max_difference(equal_runs["horovod gloo"].weights(), other.weights())
+    assert diff["max_rel"] > 1e-2, diff
+
+
+def test_timeline_of_both_controllers(equal_runs):
+    for name in ("horovod gloo", "horovod mpi"):
+        t = allreduce_runs.timeline_summary(equal_runs[name])
+        assert {"ALLREDUCE", "NEGOTIATE_ALLREDUCE", "compute and the rest"} <= set(t.index), t
+        assert t.loc["ALLREDUCE", "cycles"] == 39  # one all-reduce of each gradient per step after the warm-up
+        assert t["share of a step"].sum() == pytest.approx(1.0, abs=0.05)
+
+
+def test_checkpoint_on_rank_0_and_bad_arguments_before_launch(hvd_ref, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    allreduce_runs.run_hvd(hvd_ref, 2, args={"steps": 5, "batch_size": 20, "checkpoint_dir": str(ckpt)})
+    assert (ckpt / "model.index").is_file()
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(ValueError, match="--batch-size must be >= 1"):
+        allreduce_runs.run_hvd(hvd_ref, 2, args={"batch_size": 0})
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
