@@ -27,10 +27,12 @@ REPO = Path(__file__).resolve().parents[2]
 #: CI run and the graded solution must show (Lab 3 compares with the instructor's Lab 2
 #: script there, never with a student's or a stale copy).
 REFERENCE_ASYNC = "async runs use " + str(REPO / "grading" / "reference" / "02_ps_async" / "train_async.py")
+REFERENCE_SYNC = "sync PS runs use " + str(REPO / "grading" / "reference" / "03_ps_sync" / "train_sync.py")
 LABS = {
     "01_single_node": {"min_accuracy": 0.80, "ci_budget_s": 120, "min_graded": 5, "prints": []},
     "02_ps_async": {"min_accuracy": 0.85, "ci_budget_s": 240, "min_graded": 4, "prints": []},
     "03_ps_sync": {"min_accuracy": 0.85, "ci_budget_s": 240, "min_graded": 4, "prints": [REFERENCE_ASYNC]},
+    "04_allreduce": {"min_accuracy": 0.85, "ci_budget_s": 240, "min_graded": 5, "prints": [REFERENCE_SYNC]},
 }
 
 
