@@ -160,8 +160,16 @@ class MPIJob(Job):
         local = self._local_ranks()
         if not self.check_resources or local == 0:
             return
-        # one launcher-side guard for the whole job: the ranks are counted without guards
-        check_fit(local, f"np={self.np}", self.memory_per_rank, guard=False, hint=lambda fit: f"try np={fit}")
+        # One launcher-side guard for the whole job: the ranks are counted without guards.
+        # horovodrun itself imports TensorFlow (measured: 450 MB, like a rank): count it too.
+        launcher = 1 if self.launcher == "horovodrun" else 0
+        check_fit(
+            local + launcher,
+            f"np={self.np}" + (" and horovodrun" if launcher else ""),
+            self.memory_per_rank,
+            guard=False,
+            hint=lambda fit: f"try np={fit - launcher}" if fit > launcher else None,
+        )
 
     def _check_build(self) -> None:
         """horovodrun: the installed Horovod must have the requested controller (probed once
