@@ -23,14 +23,8 @@ REAL_POPEN = subprocess.Popen
 
 
 @pytest.fixture(autouse=True)
-def no_processes(monkeypatch, tmp_path):
+def no_processes(refuse_processes):
     """Nothing in this file may start a process through the launcher."""
-
-    def refuse(*a, **k):
-        raise AssertionError(f"a process was started: {a!r}")
-
-    monkeypatch.setattr(subprocess, "Popen", refuse)
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
 
 
 def test_import_does_not_import_tensorflow(monkeypatch):

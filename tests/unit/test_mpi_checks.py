@@ -42,14 +42,8 @@ Available Tensor Operations:
 
 
 @pytest.fixture(autouse=True)
-def no_processes(monkeypatch, tmp_path):
+def no_processes(refuse_processes, monkeypatch):
     """Nothing in this file may start a process (the one real probe test restores Popen)."""
-
-    def refuse(*a, **k):
-        raise AssertionError(f"a process was started: {a!r}")
-
-    monkeypatch.setattr(subprocess, "Popen", refuse)
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
     monkeypatch.setattr(resources, "available_memory_bytes", lambda: 64 * GB)
     REAL_PROBE.cache_clear()
     yield
