@@ -58,8 +58,8 @@ RANK_MEMORY_BYTES = 400 * 1024**2
 MB = 1024**2
 
 
-def _job(np_: int, script: str, args: Sequence[str], **kwargs) -> dict:
-    """Run one MPIJob to its end; ``(results, run_dir)``."""
+def _job(np_: int, script: str, args: Sequence[str], **kwargs) -> tuple[dict, MPIJob]:
+    """Run one MPIJob to its end; ``(results, job)``."""
     kwargs.setdefault("progress", False)
     with MPIJob(np=np_, script=script, args=[str(a) for a in args], **kwargs) as job:
         results = job.wait()
@@ -221,25 +221,14 @@ def _run_dir(kind: str) -> Path:
     return path
 
 
-def _finish(job, label, method, ranks, args, t0, weights, timeline=None, monitor=None) -> TrainRun:
-    results = {k: v for k, v in job.results().items()}
+def _finish(job, results: dict, label, method, ranks, args, t0, weights, timeline=None, monitor=None) -> TrainRun:
+    """A :class:`TrainRun` from a finished job whose ``results`` are keyed ``rank:<r>``."""
     missing = [f"rank:{r}" for r in range(ranks) if f"rank:{r}" not in results]
     if missing:
         raise RuntimeError(f"{', '.join(missing)} exited 0 without a result; logs in {job.run_dir}")
     events = pd.DataFrame.from_records(job.events("step"))
-    return TrainRun(
-        label,
-        method,
-        ranks,
-        results,
-        events,
-        time.monotonic() - t0,
-        args,
-        str(job.run_dir),
-        weights,
-        timeline,
-        monitor,
-    )
+    wall = time.monotonic() - t0
+    return TrainRun(label, method, ranks, results, events, wall, args, str(job.run_dir), weights, timeline, monitor)
 
 
 def _with_monitor(job, monitor: bool, interval: float):
@@ -296,7 +285,7 @@ def run_hvd(
     with job:
         mon = _with_monitor(job, monitor, interval)
     label = label or f"horovod {controller} np={np}"
-    return _finish(job, label, f"horovod ({controller})", np, args, t0, weights, tl, mon)
+    return _finish(job, job.results(), label, f"horovod ({controller})", np, args, t0, weights, tl, mon)
 
 
 def _tf_run(strategy: str, workers: int, args, save_weights, monitor, interval, timeout, label, progress) -> TrainRun:
@@ -317,22 +306,10 @@ def _tf_run(strategy: str, workers: int, args, save_weights, monitor, interval, 
     )
     with cluster:
         mon = _with_monitor(cluster, monitor, interval)
-    results = {f"rank:{r['rank']}": r for r in cluster.results().values()}
-    events = pd.DataFrame.from_records(cluster.events("step"))
+    results = {f"rank:{r['rank']}": r for r in cluster.results().values()}  # worker:i -> rank:i
     method = "one process" if strategy == "single" else "mwms (ring)"
-    return TrainRun(
-        label or f"{method} x{workers}",
-        method,
-        workers,
-        results,
-        events,
-        time.monotonic() - t0,
-        args,
-        str(run_dir),
-        weights,
-        None,
-        mon,
-    )
+    label = label or f"{method} x{workers}"
+    return _finish(cluster, results, label, method, workers, args, t0, weights, None, mon)
 
 
 def run_single(
