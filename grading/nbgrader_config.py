@@ -28,7 +28,9 @@ c.CourseDirectory.ignore = [
     "runs",
     "*.results.json",
     "train_*.py",
-]  # written by %%writefile from solution cells
+    "ring.py",
+    "*.npz",
+]  # written by %%writefile from solution cells, and weights files the runs write
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
