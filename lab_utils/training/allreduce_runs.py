@@ -34,6 +34,7 @@ from lab_utils import plots
 from lab_utils.cluster import MPIJob, TFCluster
 from lab_utils.cluster.job import format_args
 from lab_utils.resources import usable_cores
+from lab_utils.training import loop
 from lab_utils.training.allreduce import check_args, load_weights_file, max_difference
 
 __all__ = [
@@ -173,9 +174,7 @@ class TrainRun:
     @property
     def examples_per_sec(self) -> float:
         """All ranks' training examples over the longest training time."""
-        rows = list(self.results.values())
-        longest = max(r["train_time"] for r in rows)
-        return sum(r["examples"] for r in rows) / longest if longest > 0 else float("nan")
+        return loop.cluster_examples_per_sec(self.results)
 
     def weights(self) -> list[np.ndarray]:
         if not self.weights_path:

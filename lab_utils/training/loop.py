@@ -27,7 +27,17 @@ import numpy as np
 
 from lab_utils import report
 
-__all__ = ["Shard", "load_shard", "batches", "Clock", "LoopStats", "run_steps", "timings", "report_result"]
+__all__ = [
+    "Shard",
+    "load_shard",
+    "batches",
+    "Clock",
+    "LoopStats",
+    "run_steps",
+    "timings",
+    "report_result",
+    "cluster_examples_per_sec",
+]
 
 #: ``step(x_batch, y_batch, stats) -> (global_step_after, loss)``; ``stats`` is the
 #: loop's state *before* this step (for error messages).
@@ -188,6 +198,14 @@ def timings(stats: LoopStats, clock: Clock) -> dict:
         - clock["start"],  # process start -> training starts (import, data, session, barrier)
         "barrier_wait": clock["ready"] - clock["session"],  # session open -> every worker ready
     }
+
+
+def cluster_examples_per_sec(results: Mapping[str, Mapping[str, Any]]) -> float:
+    """Training examples per second of a whole run from its tasks' result dicts: every
+    task's ``examples`` over the longest ``train_time`` (start-up and warm-up excluded)."""
+    rows = list(results.values())
+    longest = max(r["train_time"] for r in rows)
+    return sum(r["examples"] for r in rows) / longest if longest > 0 else float("nan")
 
 
 def report_result(

@@ -40,6 +40,7 @@ import pandas as pd
 from lab_utils import plots
 from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError, TFCluster, tasks_that_fit
 from lab_utils.resources import available_memory_bytes, usable_cores
+from lab_utils.training import loop
 
 __all__ = [
     "fit_workers",
@@ -143,9 +144,7 @@ class PSRun:
     def examples_per_sec(self) -> float:
         """Training examples per second of the whole cluster: all workers' examples
         over the longest training time (warm-up = start-up excluded)."""
-        rows = list(self.results.values())
-        longest = max(r["train_time"] for r in rows)
-        return sum(r["examples"] for r in rows) / longest if longest > 0 else float("nan")
+        return loop.cluster_examples_per_sec(self.results)
 
     # -- tables
     def workers_table(self) -> pd.DataFrame:
