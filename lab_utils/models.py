@@ -14,6 +14,9 @@ Lab 1's hidden tests compare against. Build them inside a graph::
 
 Nothing here calls ``disable_eager_execution()``: graphs are built under
 ``tf.Graph().as_default()``, so a notebook kernel keeps its default eager mode.
+
+Lab 5 (``labs/05_alexnet``) adds :func:`alexnet`, a Keras model in eager mode (its
+towers, MirroredStrategy and Horovod runs build it in their own processes).
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ import logging
 import os
 import warnings
 
-__all__ = ["import_tensorflow", "tensorflow_version", "logistic_regression", "cross_entropy", "accuracy"]
+__all__ = [
+    "import_tensorflow",
+    "tensorflow_version",
+    "logistic_regression",
+    "cross_entropy",
+    "accuracy",
+    "ALEXNET_VARIANTS",
+    "ALEXNET_224_PARAMS",
+    "alexnet",
+]
 
 
 def tensorflow_version() -> str:
@@ -93,3 +105,77 @@ def accuracy(logits, labels):
 
     correct = tf.equal(tf.argmax(logits, axis=1), tf.cast(labels, tf.int64))
     return tf.reduce_mean(tf.cast(correct, tf.float32))
+
+
+# ----------------------------------------------------------------------------- Lab 5: AlexNet
+
+#: Input shape and default classes of each AlexNet variant.
+ALEXNET_VARIANTS = {"cifar": ((32, 32, 3), 10), "224": ((224, 224, 3), 1000)}
+#: Parameters of :func:`alexnet` ``("224")`` with 1000 classes: the one-tower AlexNet of
+#: Krizhevsky (2014, "One weird trick"), as in torchvision; the 2012 paper says "60 million".
+ALEXNET_224_PARAMS = 61_100_840
+
+
+def _alexnet_layers(variant: str, width: float, num_classes: int, dropout: float, seed: int) -> list:
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    init = tf.keras.initializers
+
+    def ch(n: int) -> int:
+        return max(4, round(n * width))
+
+    def conv(n, k, name, **kw):
+        return layers.Conv2D(ch(n), k, activation="relu", kernel_initializer=init.GlorotUniform(seed), name=name, **kw)
+
+    def dense(n, name, act="relu"):
+        return layers.Dense(n, activation=act, kernel_initializer=init.GlorotUniform(seed), name=name)
+
+    if variant == "224":  # 224 -> 55 -> 27 -> 13 -> 6: 256 x 6 x 6 features, like the paper
+        head = [layers.ZeroPadding2D(2), conv(64, 11, "conv1", strides=4), layers.MaxPool2D(3, 2)]
+        head += [conv(192, 5, "conv2", padding="same"), layers.MaxPool2D(3, 2)]
+        pool, hidden = layers.MaxPool2D(3, 2), ch(4096)
+    else:  # 32 -> 16 -> 8 -> 4: the same five convolutions, 3x3 kernels, 2x2 pooling
+        head = [conv(64, 3, "conv1", padding="same"), layers.MaxPool2D(2)]
+        head += [conv(192, 3, "conv2", padding="same"), layers.MaxPool2D(2)]
+        pool, hidden = layers.MaxPool2D(2), ch(1024)
+    body = [conv(384, 3, "conv3", padding="same"), conv(256, 3, "conv4", padding="same")]
+    body += [conv(256, 3, "conv5", padding="same"), pool, layers.Flatten()]
+    tail = [layers.Dropout(dropout, seed=seed), dense(hidden, "fc6"), layers.Dropout(dropout, seed=seed)]
+    tail += [dense(hidden, "fc7"), dense(num_classes, "fc8", act=None)]
+    # Logits in float32 even under a mixed-precision policy (the loss and softmax need the range).
+    return head + body + tail + [layers.Activation("linear", dtype="float32", name="logits")]
+
+
+def alexnet(
+    variant: str = "cifar", *, num_classes: int | None = None, width: float = 1.0, dropout: float = 0.5, seed: int = 0
+):
+    """AlexNet (Krizhevsky, Sutskever and Hinton, 2012) as a built Keras ``Sequential``.
+
+    ``variant="224"``: the ImageNet network for real GPUs, 224x224x3 inputs, five
+    convolutions (64, 192, 384, 256, 256 filters; 11x11 stride 4, 5x5, 3x3), three
+    max-pools, two fully-connected layers of 4096 and the classifier: with 1000
+    classes, :data:`ALEXNET_224_PARAMS` (61.1 M) parameters, 94 % of them in the
+    fully-connected layers. ``variant="cifar"``: the same layers for 32x32x3 images
+    (3x3 kernels, 2x2 pools, 1024-wide fully-connected layers; 7.5 M parameters with
+    10 classes), what a laptop can train. Both drop the 2012 paper's local response
+    normalisation (later work found it unnecessary) and its split over two GPUs.
+
+    ``width`` scales every layer's filters and units (``0.25``: 1/16 of the compute,
+    for CI); ``dropout`` before the two hidden fully-connected layers (0 for runs
+    whose weights are compared); ``seed`` draws the initial weights."""
+    import tensorflow as tf
+
+    if variant not in ALEXNET_VARIANTS:
+        raise ValueError(f"unknown AlexNet variant {variant!r}; choose one of {sorted(ALEXNET_VARIANTS)}")
+    if not 0 < width <= 4:
+        raise ValueError(f"width must be in (0, 4], got {width}")
+    if not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    shape, default_classes = ALEXNET_VARIANTS[variant]
+    num_classes = default_classes if num_classes is None else int(num_classes)
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+    model = tf.keras.Sequential(_alexnet_layers(variant, width, num_classes, dropout, seed), name=f"alexnet_{variant}")
+    model.build((None, *shape))
+    return model
