@@ -44,6 +44,8 @@ __all__ = [
     "busbw_table",
     "plot_busbw",
     "TrainRun",
+    "new_run_dir",
+    "wait_monitored",
     "run_hvd",
     "run_single",
     "run_mwms",
@@ -212,7 +214,8 @@ def _prepare(args: Mapping[str, Any] | None, save_weights: bool, run_dir: Path) 
     return args, path
 
 
-def _run_dir(kind: str) -> Path:
+def new_run_dir(kind: str) -> Path:
+    """A fresh run directory ``<run root>/<kind>-<time>-<pid>-<random>`` (Labs 4-5)."""
     from lab_utils.cluster import run_root
 
     path = run_root() / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{os.urandom(3).hex()}"
@@ -230,7 +233,8 @@ def _finish(job, results: dict, label, method, ranks, args, t0, weights, timelin
     return TrainRun(label, method, ranks, results, events, wall, args, str(job.run_dir), weights, timeline, monitor)
 
 
-def _with_monitor(job, monitor: bool, interval: float):
+def wait_monitored(job, monitor: bool, interval: float):
+    """Wait for ``job`` to end; with ``monitor``, sample it meanwhile and return the Monitor."""
     if not monitor:
         job.wait()
         return None
@@ -262,7 +266,7 @@ def run_hvd(
     ``args`` are checked against :func:`lab_utils.training.allreduce.parse_args` first:
     bad ones raise ``ValueError`` before anything starts."""
     check_args(format_args(args))
-    run_dir = _run_dir("hvd")
+    run_dir = new_run_dir("hvd")
     args, weights = _prepare(args, save_weights, run_dir)
     env, tl = {}, None
     if timeline:
@@ -282,14 +286,14 @@ def run_hvd(
         name=label or Path(str(script)).stem,
     )
     with job:
-        mon = _with_monitor(job, monitor, interval)
+        mon = wait_monitored(job, monitor, interval)
     label = label or f"horovod {controller} np={np}"
     return _finish(job, job.results(), label, f"horovod ({controller})", np, args, t0, weights, tl, mon)
 
 
 def _tf_run(strategy: str, workers: int, args, save_weights, monitor, interval, timeout, label, progress) -> TrainRun:
     check_args(format_args({**dict(args or {}), "strategy": strategy}))
-    run_dir = _run_dir(strategy)
+    run_dir = new_run_dir(strategy)
     args, weights = _prepare(args, save_weights, run_dir)
     args["strategy"] = strategy
     t0 = time.monotonic()
@@ -304,7 +308,7 @@ def _tf_run(strategy: str, workers: int, args, save_weights, monitor, interval, 
         name=strategy,
     )
     with cluster:
-        mon = _with_monitor(cluster, monitor, interval)
+        mon = wait_monitored(cluster, monitor, interval)
     results = {f"rank:{r['rank']}": r for r in cluster.results().values()}  # worker:i -> rank:i
     method = "one process" if strategy == "single" else "mwms (ring)"
     label = label or f"{method} x{workers}"

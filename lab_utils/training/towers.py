@@ -1,0 +1,276 @@
+"""AlexNet on several devices of one process (Lab 5): the task side.
+
+``python -m lab_utils.training.towers --method M --devices N ...`` trains AlexNet
+(:func:`lab_utils.models.alexnet`) for ``--steps`` steps on N devices of the tier
+:func:`lab_utils.training.devices.configure` picks (real GPUs, logical GPUs, or
+logical CPU devices) and reports ``step`` events and one ``result``:
+
+* ``single``: ONE device, plain gradients, the whole batch (the reference);
+* ``towers``: in-graph replication the CS 744 way, with the student's
+  ``make_towers_step`` and ``average_gradients`` (``--student towers.py``): the
+  batch split over N towers, the gradients averaged on the variable device;
+* ``mirrored``: ``tf.distribute.MirroredStrategy`` on the same N devices, with the
+  student's ``make_mirrored_step``.
+
+``--batch-size`` is per device: a step trains on N x b examples, drawn in the same
+order by every method (:func:`lab_utils.training.loop.batches` with ``--seed``), so
+with ``--dropout 0`` all three end with the same weights up to float rounding.
+
+A batch that does not fit in device memory (``ResourceExhaustedError``, or
+``MemoryError`` on the host) is reported as ``result(oom=True, error=...)`` and the
+process exits 0: a sweep records it and goes on. Across processes, Lab 5 runs the
+same AlexNet with Horovod and MultiWorkerMirroredStrategy through
+:mod:`lab_utils.training.allreduce` (``--model alexnet``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from lab_utils import report
+from lab_utils.training import devices as lab_devices
+from lab_utils.training import loop
+
+__all__ = ["METHODS", "PRECISIONS", "make_parser", "parse_args", "loss_fn", "load_student", "run", "main"]
+
+METHODS = ("single", "towers", "mirrored")
+PRECISIONS = ("auto", "float32", "mixed")
+#: Test images evaluated at the end (the whole synthetic test set; a CPU-friendly part of CIFAR-10's).
+EVAL_EXAMPLES = 2000
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m lab_utils.training.towers", description=__doc__.splitlines()[0])
+    p.add_argument("--method", choices=METHODS, default="towers")
+    p.add_argument("--devices", type=int, default=1, help="devices in this process (towers or replicas)")
+    p.add_argument("--batch-size", type=int, default=64, help="examples per device and step")
+    p.add_argument("--steps", type=int, default=20, help="timed training steps (after the warm-up)")
+    p.add_argument("--warmup-steps", type=int, default=1, help="untimed first steps (tracing, allocation)")
+    p.add_argument("--learning-rate", type=float, default=0.01)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--variant", choices=("cifar", "224"), default="cifar")
+    p.add_argument("--width", type=float, default=1.0, help="scales every layer of AlexNet (0.25 for CI)")
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--device-kind", choices=lab_devices.KINDS, default="auto")
+    p.add_argument("--memory-limit-mb", type=int, default=None, help="memory per device (see devices.configure)")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto", help="mixed: bfloat16 compute on GPUs")
+    p.add_argument("--student", default="towers.py", help="the file with the student's step functions")
+    p.add_argument("--save-weights", default=None, help="write the final weights here (.npz)")
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Settings from the command line; bad values exit 2 with a message before TensorFlow loads."""
+    p = make_parser()
+    a = p.parse_args(argv)
+    for name, low in (("devices", 1), ("batch_size", 1), ("steps", 1), ("warmup_steps", 1), ("seed", 0)):
+        if getattr(a, name) < low:
+            p.error(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(a, name)}")
+    if a.method == "single" and a.devices != 1:
+        p.error(f"--method single trains on one device, got --devices {a.devices}")
+    if not a.learning_rate > 0 or not 0 <= a.momentum < 1 or not 0 <= a.dropout < 1 or not 0 < a.width <= 4:
+        p.error("need --learning-rate > 0, 0 <= --momentum < 1, 0 <= --dropout < 1 and 0 < --width <= 4")
+    if a.memory_limit_mb is not None and a.memory_limit_mb < 1:
+        p.error(f"--memory-limit-mb must be >= 1, got {a.memory_limit_mb}")
+    if a.method != "single" and not Path(a.student).is_file():
+        p.error(f"--student {a.student}: no such file (write it with the notebook's %%writefile cell)")
+    return a
+
+
+def loss_fn(logits, labels):
+    """Mean softmax cross-entropy of a batch (float32 even under mixed precision)."""
+    import tensorflow as tf
+
+    return tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=tf.cast(logits, tf.float32))
+    )
+
+
+def load_student(path: str | Path):
+    """The student's module (``towers.py``), imported from its path."""
+    path = Path(path).resolve()
+    spec = importlib.util.spec_from_file_location(f"student_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def _precision(a, tier, tf) -> str:
+    if a.precision == "float32":
+        return "float32"
+    if a.precision == "auto":
+        gpu = tier.kind != "logical-cpu"
+        cc = gpu and tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+        if not (cc and cc.get("compute_capability", (0, 0)) >= (8, 0)):
+            return "float32"
+    tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")  # no loss scaling needed, unlike float16
+    return "mixed_bfloat16"
+
+
+def _data(a, global_batch: int):
+    from lab_utils import data as lab_data
+
+    if a.variant == "cifar":
+        return lab_data.load_cifar10(verbose=False)
+    # The 224 network on the seed's "fake dataset": one synthetic batch's worth of images, reused.
+    return lab_data.synthetic_imagenet(global_batch, 0, image_size=224, num_classes=1000, seed=a.seed)
+
+
+def _build(a, tf, num_classes: int):
+    from lab_utils.models import alexnet
+
+    model = alexnet(a.variant, num_classes=num_classes, width=a.width, dropout=a.dropout, seed=a.seed)
+    opt = tf.keras.optimizers.SGD(a.learning_rate, momentum=a.momentum)
+    opt.build(model.trainable_variables)  # slots now, on the variables' device
+    return model, opt
+
+
+def _single_step(model, opt, tf):
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(model(x, training=True), y)
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables, strict=True))
+        return loss
+
+    return step
+
+
+def _replica_values(strategy, array: np.ndarray, n: int):
+    """Replica i's part (i-th of n equal slices) of a global batch, on its device."""
+    import tensorflow as tf
+
+    parts = np.split(array, n)
+    return strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant(parts[ctx.replica_id_in_sync_group])
+    )
+
+
+def _make_step(a, tier, tf, num_classes: int):
+    """``(model, step(x, y) -> loss)`` for ``a.method`` on ``tier``'s devices."""
+    if a.method == "mirrored":
+        strategy = tf.distribute.MirroredStrategy(devices=list(tier.devices))
+        with strategy.scope():
+            model, opt = _build(a, tf, num_classes)
+        student_step = load_student(a.student).make_mirrored_step(strategy, model, opt, a.batch_size * a.devices)
+
+        def step(x, y):
+            return student_step(_replica_values(strategy, x, a.devices), _replica_values(strategy, y, a.devices))
+
+        return model, step
+    with tf.device(tier.variable_device if a.method == "towers" else tier.devices[0]):
+        model, opt = _build(a, tf, num_classes)
+    if a.method == "single":
+        return model, _single_step(model, opt, tf)
+    return model, load_student(a.student).make_towers_step(model, opt, list(tier.devices), tier.variable_device)
+
+
+def _accuracy(model, data, device: str, tf) -> float | None:
+    x, y = data.x_test[:EVAL_EXAMPLES], data.y_test[:EVAL_EXAMPLES]
+    if not len(y):
+        return None
+    with tf.device(device):
+        logits = np.concatenate([model(x[i : i + 250], training=False).numpy() for i in range(0, len(y), 250)])
+    return float(np.mean(np.argmax(logits, axis=1) == y))
+
+
+def _save(model, path: str) -> None:
+    from lab_utils.training.allreduce import save_weights
+
+    save_weights(model, path)
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _train(a, tier, tf) -> dict:
+    clock = loop.Clock()
+    global_batch = a.batch_size * a.devices
+    data = _data(a, global_batch)
+    if global_batch > len(data.y_train):
+        raise ValueError(f"a step needs {global_batch} examples; {data.name} has {len(data.y_train)}")
+    precision = _precision(a, tier, tf)
+    model, step = _make_step(a, tier, tf, data.num_classes)
+    head = {"method": a.method, "devices": a.devices, "tier": tier.kind, "hardware": tier.hardware}
+    head.update(variant=a.variant, params=int(model.count_params()), precision=precision, data=data.source)
+    report.event("device", device_names=list(tier.devices), variable_device=tier.variable_device, **head)
+    batches: Iterator = loop.batches(data.x_train, data.y_train, global_batch, a.seed)
+    clock.mark("graph")
+    clock.mark("session")
+    losses = [float(step(*next(batches))) for _ in range(a.warmup_steps)]  # tracing, allocation: not timed
+    done = itertools.count(a.warmup_steps + 1)
+
+    def one(xb, yb, _stats):
+        loss = float(step(xb, yb))  # float(): waits for the devices, so the step's time is real
+        losses.append(loss)
+        return next(done), loss
+
+    stats = loop.run_steps(one, batches, a.warmup_steps + a.steps, clock=clock, global_step=lambda: a.warmup_steps)
+    head.update(accuracy=_accuracy(model, data, tier.devices[0], tf), loss_first=losses[0], loss=losses[-1])
+    if a.save_weights:
+        _save(model, a.save_weights)
+    clock.mark("end")
+    tail = {"batch_size": a.batch_size, "global_batch": global_batch, "steps": a.steps, "warmup_steps": a.warmup_steps}
+    tail.update(memory_limit_mb=tier.memory_limit_mb, oom=False)
+    return loop.report_result(head, stats, clock, tail)
+
+
+def _oom_message(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = next((line for line in text if "OOM" in line or "memory" in line.lower()), text[0] if text else "")
+    return f"{type(exc).__name__}: {first[:300]}"
+
+
+def _oom(a, tier, error: str, t0: float) -> dict:
+    """Report and return the result of a run that ran out of device memory."""
+    result = {"method": a.method, "devices": a.devices, "tier": tier.kind, "hardware": tier.hardware}
+    result.update(batch_size=a.batch_size, global_batch=a.batch_size * a.devices, oom=True)
+    result.update(error=error, memory_limit_mb=tier.memory_limit_mb, seconds=time.time() - t0)
+    report.result(**result)
+    print(f"out of memory: {error}", file=sys.stderr, flush=True)
+    return result
+
+
+def run(argv=None) -> dict:
+    """Parse ``argv``, set up the devices, train, report; returns the result."""
+    a = parse_args(argv)
+    t0 = time.time()
+    tier = lab_devices.configure(a.devices, a.device_kind, a.memory_limit_mb)
+    report.ready(tier=tier.kind, devices=list(tier.devices))
+    import tensorflow as tf
+
+    if tier.kind == "logical-cpu" and a.memory_limit_mb:
+
+        def exceeded(rss: int, cap: int) -> None:
+            grown = (rss - cap) // 2**20 + a.memory_limit_mb
+            _oom(a, tier, f"the run needed more than {a.memory_limit_mb:,} MB of device memory ({grown:,} MB)", t0)
+            os._exit(0)  # from the watching thread: TensorFlow's ops cannot be interrupted
+
+        lab_devices.watch_memory(a.memory_limit_mb, exceeded)
+    try:
+        return _train(a, tier, tf)
+    except (tf.errors.ResourceExhaustedError, MemoryError) as exc:
+        # The seed's GPU runs crashed here; a sweep wants a row that says so, and goes on.
+        return _oom(a, tier, _oom_message(exc), t0)
+
+
+def main(argv=None) -> int:
+    run(argv)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

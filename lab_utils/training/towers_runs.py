@@ -1,0 +1,345 @@
+"""Lab 5 from the notebook: AlexNet runs on several devices, sweeps and the CS 744 tables.
+
+Every run is its own process (``python -m lab_utils.training.towers``, started by
+``TFCluster(ps=0, workers=1)``): the devices of a TensorFlow process are fixed at its
+start, and the monitor measures one run at a time. Nothing here imports TensorFlow.
+
+* :func:`run_devices`: one run of ``single``, ``towers`` or ``mirrored`` on N devices;
+* :func:`sweep`: batch sizes x device counts, one run each; a batch that does not fit
+  is recorded as OOM and the sweep goes on;
+* :func:`resource_table`: the seed's Tables 5-8 (Peak Mem, Peak CPU, Network R/W,
+  Examples/s, s/Batch; GPU utilisation and memory when NVML sees a GPU), for these
+  runs and for Lab 4's Horovod / MultiWorkerMirrored runs (``TrainRun``) alike;
+* :func:`scaling_table` / :func:`plot_scaling`: speedup over one device, with the ideal line.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lab_utils.cluster import ClusterError, TFCluster
+from lab_utils.cluster.job import format_args
+from lab_utils.resources import usable_cores
+from lab_utils.training import allreduce_runs, loop
+from lab_utils.training.allreduce import load_weights_file
+from lab_utils.training.towers import METHODS, make_parser
+
+__all__ = [
+    "METHOD_LABELS",
+    "TABLE_COLUMNS",
+    "DeviceRun",
+    "check_args",
+    "run_devices",
+    "sweep",
+    "measurements",
+    "resource_table",
+    "scaling_table",
+    "plot_scaling",
+]
+
+#: How each method appears in tables and plots: what it does with the gradients.
+METHOD_LABELS = {
+    "single": "one device",
+    "towers": "towers (parameter device)",
+    "mirrored": "MirroredStrategy (all-reduce)",
+}
+#: The seed's Tables 5-8, plus what says which run a row is.
+TABLE_COLUMNS = ["method", "devices", "Batch Size", "Peak Mem (B)", "Peak CPU", "Network R", "Network W"]
+TABLE_COLUMNS += ["Examples/s", "s/Batch", "status"]
+TABLE_UNITS = {
+    "Batch Size": "examples per device and step (a step trains on devices x Batch Size)",
+    "Peak Mem (B)": "host memory: peak RSS summed over the run's processes",
+    "Peak CPU": "% of one core, peak of the sum over the run's processes (200 = two busy cores)",
+    "Network R": "bytes received on the host's interfaces, loopback included, during the run",
+    "Network W": "bytes sent on the host's interfaces, loopback included, during the run",
+    "Examples/s": "training examples of all devices per second (warm-up excluded)",
+    "s/Batch": "seconds per training step",
+    "GPU util (%)": "peak NVML utilisation of the busiest GPU",
+    "GPU Mem (B)": "peak NVML memory in use, summed over GPUs",
+}
+#: Host memory a towers process may need beyond TensorFlow's: AlexNet-cifar at batch 256.
+TASK_MEMORY_BYTES = 1200 * 2**20
+
+
+def check_args(args: Mapping[str, Any]) -> None:
+    """The task's own parser on ``args`` (``{"batch_size": 64}``): ValueError with its
+    message for bad values, before anything starts (``--student`` is checked at launch)."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            make_parser().parse_args(format_args(args))
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines()
+        raise ValueError(f"bad arguments {dict(args)}: {lines[-1] if lines else 'see the usage'}") from None
+    for key in ("devices", "batch_size", "steps"):
+        if key in args and (not isinstance(args[key], int) or isinstance(args[key], bool) or args[key] < 1):
+            raise ValueError(f"{key} must be an int >= 1, got {args[key]!r}")
+
+
+@dataclass
+class DeviceRun:
+    """One process's run of AlexNet on ``devices`` devices (see :func:`run_devices`)."""
+
+    label: str
+    method: str  # single, towers, mirrored
+    devices: int
+    result: dict
+    events: pd.DataFrame
+    wall_time: float
+    args: dict = field(default_factory=dict)
+    run_dir: str | None = None
+    weights_path: str | None = None
+    monitor: Any = None
+
+    @property
+    def ranks(self) -> int:
+        """Devices (the name :func:`scaling_table` reads)."""
+        return self.devices
+
+    @property
+    def oom(self) -> bool:
+        return bool(self.result.get("oom"))
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.result["batch_size"])
+
+    @property
+    def global_batch(self) -> int:
+        return int(self.result["global_batch"])
+
+    @property
+    def tier(self) -> str:
+        return str(self.result.get("tier", "?"))
+
+    @property
+    def examples_per_sec(self) -> float:
+        return float("nan") if self.oom else loop.cluster_examples_per_sec({"task": self.result})
+
+    @property
+    def s_per_batch(self) -> float:
+        return float("nan") if self.oom else self.result["train_time"] / self.result["local_steps"]
+
+    @property
+    def accuracy(self) -> float:
+        acc = self.result.get("accuracy")
+        return float("nan") if acc is None else float(acc)
+
+    def weights(self) -> list[np.ndarray]:
+        if not self.weights_path:
+            raise ValueError(f"{self.label}: run without save_weights=True")
+        if self.oom:
+            raise ValueError(f"{self.label}: ran out of memory, no weights")
+        return load_weights_file(self.weights_path)
+
+    def __repr__(self) -> str:
+        if self.oom:
+            return f"<DeviceRun {self.label!r}: OUT OF MEMORY ({self.result.get('error', '')})>"
+        return (
+            f"<DeviceRun {self.label!r}: {self.tier}, {self.global_batch} examples/step, "
+            f"loss {self.result['loss_first']:.3f} -> {self.result['loss']:.3f}, "
+            f"{self.examples_per_sec:,.0f} examples/s, {self.wall_time:.1f} s>"
+        )
+
+    def _repr_html_(self) -> str:
+        return html.escape(repr(self))
+
+
+def _launch(method: str, devices: int, args: dict, run_dir: Path, monitor: bool, interval, timeout, progress, label):
+    cluster = TFCluster(
+        ps=0,
+        workers=1,
+        script="-m lab_utils.training.towers",
+        args=args,
+        timeout=timeout,
+        progress=progress,
+        run_dir=run_dir,
+        name=f"{method}{devices}",
+        memory_per_task=TASK_MEMORY_BYTES,
+    )
+    import time
+
+    t0 = time.monotonic()
+    with cluster:
+        mon = allreduce_runs.wait_monitored(cluster, monitor, interval)
+    result = next(iter(cluster.results().values()), None)
+    if result is None:
+        raise RuntimeError(f"{label}: the task exited 0 without a result; log in {cluster.run_dir}")
+    events = pd.DataFrame.from_records(cluster.events("step"))
+    return result, events, time.monotonic() - t0, mon
+
+
+def _killed(exc: ClusterError, method: str, devices: int, args: dict) -> dict:
+    """A result for a run the kernel killed (SIGKILL: out of host memory, or a cgroup's limit)."""
+    return {
+        "method": method,
+        "devices": devices,
+        "batch_size": int(args.get("batch_size", 64)),
+        "global_batch": int(args.get("batch_size", 64)) * devices,
+        "oom": True,
+        "error": f"killed by signal {-exc.exit_code} (out of host memory?)",
+    }
+
+
+def run_devices(
+    method: str = "towers",
+    devices: int = 1,
+    *,
+    args: Mapping[str, Any] | None = None,
+    student: str | os.PathLike = "towers.py",
+    save_weights: bool = False,
+    monitor: bool = True,
+    interval: float = 0.25,
+    timeout: float = 900,
+    progress: bool = False,
+    label: str | None = None,
+) -> DeviceRun:
+    """Train AlexNet with ``method`` (single, towers, mirrored) on ``devices`` devices of
+    one process; ``args`` go to the task (``batch_size`` per device, ``steps``, ``width``,
+    ``dropout``, ``memory_limit_mb``, ...). ``monitor`` samples CPU, memory, network (and
+    GPUs) for the resource table. Out of memory gives a run with ``oom`` True, not an error."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
+    args = {**dict(args or {}), "method": method, "devices": devices}
+    check_args(args)
+    if method != "single":
+        path = Path(student)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: run the notebook's `%%writefile {path.name}` cell first")
+        args["student"] = str(path.resolve())
+    run_dir = allreduce_runs.new_run_dir(f"{method}{devices}")
+    weights = str(run_dir / "weights.npz") if save_weights else None
+    if weights:
+        args["save_weights"] = weights
+    label = label or f"{METHOD_LABELS[method]}, {devices} device(s), batch {args.get('batch_size', 64)}"
+    try:
+        result, events, wall, mon = _launch(method, devices, args, run_dir, monitor, interval, timeout, progress, label)
+    except ClusterError as exc:
+        if exc.exit_code not in (-9, 137):
+            raise
+        result, events, wall, mon = _killed(exc, method, devices, args), pd.DataFrame(), float("nan"), None
+    return DeviceRun(label, method, devices, result, events, wall, args, str(run_dir), weights, mon)
+
+
+def sweep(
+    batch_sizes: Sequence[int],
+    device_counts: Sequence[int],
+    method: str = "towers",
+    *,
+    args: Mapping[str, Any] | None = None,
+    student: str | os.PathLike = "towers.py",
+    interval: float = 0.25,
+    verbose: bool = True,
+) -> list[DeviceRun]:
+    """One monitored run per (batch size, device count), in that order; prints a line per
+    run. Runs that run out of memory are kept (``oom``) and the sweep goes on."""
+    if not batch_sizes or not device_counts:
+        raise ValueError("sweep needs at least one batch size and one device count")
+    runs = []
+    for n in device_counts:
+        for b in batch_sizes:
+            m = "single" if method == "single" and n == 1 else method
+            run = run_devices(m, n, args={**dict(args or {}), "batch_size": b}, student=student, interval=interval)
+            if verbose:
+                print(f"  {run!r}")
+            runs.append(run)
+    return runs
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def _gpu_peaks(mon) -> dict:
+    if mon is None or getattr(mon.sampler, "gpu", None) is None or not mon.sampler.gpu.available:
+        return {}
+    frame = mon.frame(role="gpu")
+    if frame.empty:
+        return {}
+    util = frame[frame["metric"] == "gpu_util"]["value"]
+    mem = frame[frame["metric"] == "gpu_mem_used"].groupby("time")["value"].sum()
+    return {"GPU util (%)": float(util.max()), "GPU Mem (B)": float(mem.max())}
+
+
+def measurements(run) -> dict:
+    """What a run measured, by the seed's names: a :class:`DeviceRun` or Lab 4's
+    ``TrainRun`` (Horovod, MultiWorkerMirrored: ``devices`` = ranks, one device each)."""
+    nan = float("nan")
+    if isinstance(run, DeviceRun):
+        method, devices, batch, status = METHOD_LABELS.get(run.method, run.method), run.devices, None, "ok"
+        if run.oom:
+            status = f"OOM: {run.result.get('error', '')}"
+        batch = run.batch_size
+        eps, spb = run.examples_per_sec, run.s_per_batch
+    else:  # a TrainRun: per-rank batch, all ranks' examples per second
+        r0 = run.results.get("rank:0") or next(iter(run.results.values()))
+        method, devices, batch, status = run.method, run.ranks, int(r0["batch_size"]), "ok"
+        eps, spb = run.examples_per_sec, r0["train_time"] / r0["local_steps"]
+    row = {"method": method, "devices": devices, "Batch Size": batch}
+    total = run.monitor.summary().loc["total"] if run.monitor is not None else {}
+    for col, key in (("Peak Mem (B)", "Peak Mem"), ("Peak CPU", "Peak CPU")):
+        row[col] = float(total[key]) if key in total else nan
+    for col in ("Network R", "Network W"):
+        row[col] = float(total[col]) if col in total else nan
+    row.update({"Examples/s": eps, "s/Batch": spb, "status": status})
+    row.update(_gpu_peaks(run.monitor))
+    return row
+
+
+def resource_table(runs: Sequence[Any]) -> pd.DataFrame:
+    """The seed's Tables 5-8 for ``runs``: one row per run (``status`` says OOM), the
+    GPU columns when a GPU was measured. Units in ``.attrs["units"]``."""
+    if not runs:
+        raise ValueError("resource_table needs at least one run")
+    rows = [measurements(r) for r in runs]
+    extra = [c for c in ("GPU util (%)", "GPU Mem (B)") if any(c in r for r in rows)]
+    table = pd.DataFrame(rows, columns=TABLE_COLUMNS[:-1] + extra + ["status"])
+    table.attrs["units"] = {k: v for k, v in TABLE_UNITS.items() if k in table.columns}
+    return table
+
+
+def _baseline(runs: Sequence[Any]):
+    ones = [r for r in runs if r.ranks == 1]
+    if not ones:
+        raise ValueError("scaling_table needs a 1-device run to compare with (e.g. run_devices('single', 1))")
+    return next((r for r in ones if getattr(r, "method", "") == "single"), ones[0])
+
+
+def scaling_table(runs: Sequence[Any], baseline: Any = None) -> pd.DataFrame:
+    """Speedup (examples/s over ``baseline``'s: default the ``single`` 1-device run) and
+    efficiency (speedup / devices) of every finished run, one line per method, each
+    starting from the baseline at 1 device. ``oversubscribed``: more devices or ranks than
+    usable cores (logical CPU devices then share cores). Lab 4's ``TrainRun`` works too."""
+    kept = [r for r in runs if not getattr(r, "oom", False) and not math.isnan(r.examples_per_sec)]
+    base = baseline or _baseline(kept)
+    cores = usable_cores()
+    rows = []
+    for r in kept:
+        rows.append(
+            {"method": METHOD_LABELS.get(r.method, r.method), "workers": r.ranks, "examples/s": r.examples_per_sec}
+        )
+    for method in {row["method"] for row in rows}:
+        if not any(row["method"] == method and row["workers"] == 1 for row in rows):
+            rows.append({"method": method, "workers": 1, "examples/s": base.examples_per_sec})
+    table = pd.DataFrame(rows).sort_values(["method", "workers"], ignore_index=True)
+    table["speedup"] = table["examples/s"] / base.examples_per_sec
+    table["efficiency"] = table["speedup"] / table["workers"]
+    table["oversubscribed"] = table["workers"] > cores
+    table.attrs["usable_cores"] = cores
+    return table
+
+
+def plot_scaling(table: pd.DataFrame, title: str | None = None):
+    """Speedup against devices, with the ideal line."""
+    return allreduce_runs.plot_scaling(table, title=title or "AlexNet: speedup against devices")
