@@ -54,6 +54,7 @@ __all__ = [
     "global_batches",
     "build_model",
     "loss_fn",
+    "load_data",
     "load_weights_file",
     "save_weights",
     "max_difference",
@@ -61,7 +62,9 @@ __all__ = [
     "main",
 ]
 
-MODELS = ("logreg", "cnn")
+MODELS = ("logreg", "cnn", "alexnet")
+#: Test examples evaluated for AlexNet (Lab 5; a CPU-friendly part of the test set).
+ALEXNET_EVAL_EXAMPLES = 2000
 STRATEGIES = ("hvd", "single", "mwms")
 
 
@@ -80,11 +83,13 @@ class Settings:
     save_weights: str | None = None  # rank 0 writes the final weights here (.npz)
     emulate_ranks: int = 1  # --strategy single: draw the batches of this many ranks per step
     strategy: str = "hvd"
+    width: float = 1.0  # alexnet: scales every layer (Lab 5)
+    dropout: float = 0.5  # alexnet: before the hidden fully-connected layers
 
 
 def make_parser(description: str | None = None, prog: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=description or "Lab 4: data-parallel training with all-reduce")
-    p.add_argument("--model", choices=MODELS, default="logreg", help="logreg (784x10) or cnn (a small CNN)")
+    p.add_argument("--model", choices=MODELS, default="logreg", help="logreg (784x10), cnn, alexnet (Lab 5)")
     p.add_argument("--batch-size", type=int, default=60, help="examples per rank and step (default 60)")
     p.add_argument("--steps", type=int, default=200, help="training steps (every rank makes each one)")
     p.add_argument("--learning-rate", type=float, default=0.5, help="for one rank's batch; see Lab 4, Part B")
@@ -94,6 +99,8 @@ def make_parser(description: str | None = None, prog: str | None = None) -> argp
     p.add_argument("--checkpoint-dir", default=None, help="rank 0 saves a TensorFlow checkpoint here")
     p.add_argument("--save-weights", default=None, help="rank 0 saves the final weights here (.npz)")
     p.add_argument("--emulate-ranks", type=int, default=1, help="--strategy single: batches of N ranks per step")
+    p.add_argument("--width", type=float, default=1.0, help="alexnet: scale of every layer (0.25 for CI)")
+    p.add_argument("--dropout", type=float, default=0.5, help="alexnet: dropout rate (0 to compare weights)")
     p.add_argument("--strategy", choices=STRATEGIES, default="hvd", help=argparse.SUPPRESS)
     return p
 
@@ -108,6 +115,8 @@ def parse_args(argv=None, description: str | None = None, prog: str | None = Non
             p.error(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(a, name)}")
     if not a.learning_rate > 0:
         p.error(f"--learning-rate must be > 0, got {a.learning_rate}")
+    if not 0 < a.width <= 4 or not 0 <= a.dropout < 1:
+        p.error(f"need 0 < --width <= 4 and 0 <= --dropout < 1, got {a.width} and {a.dropout}")
     if a.emulate_ranks > 1 and a.strategy != "single":
         p.error("--emulate-ranks is for --strategy single (one process standing in for N ranks)")
     return Settings(**{k: v for k, v in vars(a).items()})
@@ -154,10 +163,17 @@ def build_model(settings: Settings, seed: int | None = None):
     """A Keras model, built (its variables exist). ``logreg``: one dense layer 784 -> 10
     with zero initial weights (Labs 1-3's model); ``cnn``: conv 5x5x8, max-pool, dense
     10, with Glorot initial weights drawn from ``seed`` (default ``settings.seed``):
-    give each rank another seed and only a broadcast makes them start equal."""
+    give each rank another seed and only a broadcast makes them start equal. ``alexnet``:
+    Lab 5's :func:`lab_utils.models.alexnet` for CIFAR-size images, ``width`` and ``dropout``
+    from the settings, initial weights from ``seed`` likewise."""
     import tensorflow as tf
 
     layers = tf.keras.layers
+    if settings.model == "alexnet":
+        from lab_utils.models import alexnet
+
+        seed = settings.seed if seed is None else seed
+        return alexnet("cifar", width=settings.width, dropout=settings.dropout, seed=seed)
     if settings.model == "logreg":
         model = tf.keras.Sequential(
             [layers.Dense(10, kernel_initializer="zeros", bias_initializer="zeros", name="softmax")], name="logreg"
@@ -185,9 +201,21 @@ def loss_fn(logits, labels):
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
 
-def _accuracy(model, x, y) -> float:
-    logits = model(x, training=False).numpy()
+def _accuracy(model, x, y, chunk: int = 500) -> float:
+    logits = np.concatenate([model(x[i : i + chunk], training=False).numpy() for i in range(0, len(y), chunk)])
     return float(np.mean(np.argmax(logits, axis=1) == y))
+
+
+def load_data(settings: Settings):
+    """The data set of ``settings.model``: MNIST (Labs 1-4), or CIFAR-10 / its synthetic
+    stand-in for AlexNet (Lab 5), with the test set cut to what a CPU evaluates quickly."""
+    from lab_utils import data as lab_data
+
+    if settings.model != "alexnet":
+        return lab_data.load_mnist(verbose=False)
+    d = lab_data.load_cifar10(verbose=False)
+    n = ALEXNET_EVAL_EXAMPLES
+    return lab_data.Dataset(d.x_train, d.y_train, d.x_test[:n], d.y_test[:n], d.source, d.name, d.num_classes)
 
 
 # ----------------------------------------------------------------------------- weights
@@ -242,10 +270,8 @@ def train(
     weights to ``settings.save_weights`` and creates ``checkpoint_dir``; then every
     rank calls ``checkpoint()`` (the script writes on rank 0 only). Every rank reports one ``result``: ``examples_per_sec`` of this rank, the
     loop's timings, ``accuracy`` (rank 0), ``loss``. Returns it."""
-    from lab_utils.data import load_mnist
-
     clock = loop.Clock()
-    data = load_mnist(verbose=False) if data is None else data
+    data = load_data(settings) if data is None else data
     if settings.strategy == "single" and settings.emulate_ranks > 1:
         batches = global_batches(data, settings.emulate_ranks, settings.batch_size, settings.seed)
     else:
