@@ -143,8 +143,11 @@ def _alexnet_layers(variant: str, width: float, num_classes: int, dropout: float
     body += [conv(256, 3, "conv5", padding="same"), pool, layers.Flatten()]
     tail = [layers.Dropout(dropout, seed=seed), dense(hidden, "fc6"), layers.Dropout(dropout, seed=seed)]
     tail += [dense(hidden, "fc7"), dense(num_classes, "fc8", act=None)]
+    # Inputs in [0, 1] centred to about zero mean and unit spread: without it (and without batch
+    # normalisation, which AlexNet predates) plain SGD sits on a plateau for hundreds of steps.
+    centre = [layers.Rescaling(4.0, offset=-2.0, name="centre")]
     # Logits in float32 even under a mixed-precision policy (the loss and softmax need the range).
-    return head + body + tail + [layers.Activation("linear", dtype="float32", name="logits")]
+    return centre + head + body + tail + [layers.Activation("linear", dtype="float32", name="logits")]
 
 
 def alexnet(
