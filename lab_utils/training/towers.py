@@ -196,7 +196,7 @@ def _save(model, path: str) -> None:
 # ----------------------------------------------------------------------------- the run
 
 
-def _train(a, tier, tf) -> dict:
+def _train(a, tier, tf, before_steps=None) -> dict:
     clock = loop.Clock()
     global_batch = a.batch_size * a.devices
     data = _data(a, global_batch)
@@ -208,6 +208,8 @@ def _train(a, tier, tf) -> dict:
     head.update(variant=a.variant, params=int(model.count_params()), precision=precision, data=data.source)
     report.event("device", device_names=list(tier.devices), variable_device=tier.variable_device, **head)
     batches: Iterator = loop.batches(data.x_train, data.y_train, global_batch, a.seed)
+    if before_steps is not None:
+        before_steps()  # data and model are in memory: from here on, memory is the training's
     clock.mark("graph")
     clock.mark("session")
     losses = [float(step(*next(batches))) for _ in range(a.warmup_steps)]  # tracing, allocation: not timed
@@ -252,16 +254,19 @@ def run(argv=None) -> dict:
     report.ready(tier=tier.kind, devices=list(tier.devices))
     import tensorflow as tf
 
+    watch = None
     if tier.kind == "logical-cpu" and a.memory_limit_mb:
 
         def exceeded(rss: int, cap: int) -> None:
             grown = (rss - cap) // 2**20 + a.memory_limit_mb
-            _oom(a, tier, f"the run needed more than {a.memory_limit_mb:,} MB of device memory ({grown:,} MB)", t0)
+            _oom(a, tier, f"training needed more than {a.memory_limit_mb:,} MB of device memory ({grown:,} MB)", t0)
             os._exit(0)  # from the watching thread: TensorFlow's ops cannot be interrupted
 
-        lab_devices.watch_memory(a.memory_limit_mb, exceeded)
+        def watch() -> None:
+            lab_devices.watch_memory(a.memory_limit_mb, exceeded)
+
     try:
-        return _train(a, tier, tf)
+        return _train(a, tier, tf, before_steps=watch)
     except (tf.errors.ResourceExhaustedError, MemoryError) as exc:
         # The seed's GPU runs crashed here; a sweep wants a row that says so, and goes on.
         return _oom(a, tier, _oom_message(exc), t0)

@@ -31,13 +31,14 @@ from lab_utils.cluster.job import format_args
 from lab_utils.resources import usable_cores
 from lab_utils.training import allreduce_runs, loop
 from lab_utils.training.allreduce import load_weights_file
-from lab_utils.training.towers import METHODS, make_parser
+from lab_utils.training.towers import METHODS, load_student, make_parser
 
 __all__ = [
     "METHOD_LABELS",
     "TABLE_COLUMNS",
     "DeviceRun",
     "check_args",
+    "load_student",
     "run_devices",
     "sweep",
     "measurements",
