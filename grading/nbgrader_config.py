@@ -29,6 +29,7 @@ c.CourseDirectory.ignore = [
     "*.results.json",
     "train_*.py",
     "ring.py",
+    "towers.py",
     "*.npz",
 ]  # written by %%writefile from solution cells, and weights files the runs write
 
