@@ -25,7 +25,11 @@ VARIABLES = {
     v.name: v
     for v in (
         Var("LABS_OFFLINE", None, "1: load_mnist() uses the offline sample, never the network"),
-        Var("LABS_DATA_DIR", None, "a folder holding mnist.npz (and cifar-10-batches-py/ for Lab 5): used before any download"),
+        Var(
+            "LABS_DATA_DIR",
+            None,
+            "a folder holding mnist.npz (and cifar-10-batches-py/ for Lab 5): used before any download",
+        ),
         Var("LABS_DOWNLOAD_TIMEOUT", "10", "seconds load_mnist() waits for the download"),
         Var("LABS_RUN_ROOT", None, "where cluster run directories go (default ~/.lab_runs)"),
         Var("LABS_RUN_DIR", None, "set by the launcher: this task's run directory"),

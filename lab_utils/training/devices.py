@@ -19,13 +19,15 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import psutil
 
-__all__ = ["KINDS", "Tier", "configure", "expectation", "watch_memory"]
+__all__ = ["KINDS", "Tier", "configure", "expectation", "nvidia_gpus", "watch_memory"]
 
 KINDS = ("auto", "gpu", "cpu")
 #: Logical GPUs of one physical GPU get this share of its memory when no limit is given.
@@ -78,6 +80,18 @@ def expectation(kind: str, n: int, cores: int | None = None) -> str:
     )
 
 
+def nvidia_gpus() -> list[str]:
+    """``nvidia-smi -L``'s GPU lines, without loading CUDA or TensorFlow here (empty: no GPU)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line for line in out.stdout.splitlines() if line.startswith("GPU ")] if out.returncode == 0 else []
+
+
 def _gpu_memory_mb(index: int = 0) -> int | None:
     """The physical GPU's memory via NVML (None when NVML is not there)."""
     try:
@@ -114,13 +128,14 @@ def _gpu_tier(tf, gpus: list, n: int, memory_limit_mb: int | None) -> Tier:
     return Tier(kind, devices, variable_device, hardware, memory_limit_mb)
 
 
-def watch_memory(limit_mb: int, on_exceed: Callable[[int, int], None], interval: float = 0.02) -> threading.Thread:
+def watch_memory(limit_mb: int, on_exceed: Callable[[int, int], None], interval: float = 0.02) -> Callable[[], None]:
     """Call ``on_exceed(rss, cap)`` once, from a daemon thread, when this process's RSS grows
     more than ``limit_mb`` above what it is now: the memory of a logical CPU device.
 
     TensorFlow cannot cap CPU memory (``memory_limit`` is for GPUs only), and an
     ``RLIMIT_DATA`` cap crashes its thread pools instead of failing one allocation, so
-    the process watches itself; ``on_exceed`` reports and ends it, as a full GPU would."""
+    the process watches itself; ``on_exceed`` reports and ends it, as a full GPU would.
+    Returns ``stop()``, which ends the watch (before an evaluation that is not training)."""
     proc = psutil.Process()
     cap = proc.memory_info().rss + int(limit_mb) * 2**20
     stop = threading.Event()
@@ -132,9 +147,8 @@ def watch_memory(limit_mb: int, on_exceed: Callable[[int, int], None], interval:
                 on_exceed(rss, cap)
                 return
 
-    thread = threading.Thread(target=watch, name="lab-memory-watch", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=watch, name="lab-memory-watch", daemon=True).start()
+    return stop.set
 
 
 def configure(n: int, kind: str = "auto", memory_limit_mb: int | None = None) -> Tier:

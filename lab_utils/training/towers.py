@@ -110,6 +110,7 @@ def load_student(path: str | Path):
 
 def _precision(a, tier, tf) -> str:
     if a.precision == "float32":
+        tf.config.experimental.enable_tensor_float_32_execution(False)  # Ampere+ would round matmuls to TF32
         return "float32"
     if a.precision == "auto":
         gpu = tier.kind != "logical-cpu"
@@ -208,8 +209,7 @@ def _train(a, tier, tf, before_steps=None) -> dict:
     head.update(variant=a.variant, params=int(model.count_params()), precision=precision, data=data.source)
     report.event("device", device_names=list(tier.devices), variable_device=tier.variable_device, **head)
     batches: Iterator = loop.batches(data.x_train, data.y_train, global_batch, a.seed)
-    if before_steps is not None:
-        before_steps()  # data and model are in memory: from here on, memory is the training's
+    stop_watch = before_steps() if before_steps is not None else None  # data and model are in memory now
     clock.mark("graph")
     clock.mark("session")
     losses = [float(step(*next(batches))) for _ in range(a.warmup_steps)]  # tracing, allocation: not timed
@@ -221,6 +221,8 @@ def _train(a, tier, tf, before_steps=None) -> dict:
         return next(done), loss
 
     stats = loop.run_steps(one, batches, a.warmup_steps + a.steps, clock=clock, global_step=lambda: a.warmup_steps)
+    if stop_watch is not None:
+        stop_watch()  # the evaluation below is not training: its memory does not count
     head.update(accuracy=_accuracy(model, data, tier.devices[0], tf), loss_first=losses[0], loss=losses[-1])
     if a.save_weights:
         _save(model, a.save_weights)
@@ -262,13 +264,17 @@ def run(argv=None) -> dict:
             _oom(a, tier, f"training needed more than {a.memory_limit_mb:,} MB of device memory ({grown:,} MB)", t0)
             os._exit(0)  # from the watching thread: TensorFlow's ops cannot be interrupted
 
-        def watch() -> None:
-            lab_devices.watch_memory(a.memory_limit_mb, exceeded)
+        def watch():
+            return lab_devices.watch_memory(a.memory_limit_mb, exceeded)
 
     try:
         return _train(a, tier, tf, before_steps=watch)
     except (tf.errors.ResourceExhaustedError, MemoryError) as exc:
         # The seed's GPU runs crashed here; a sweep wants a row that says so, and goes on.
+        return _oom(a, tier, _oom_message(exc), t0)
+    except tf.errors.InternalError as exc:
+        if "Dst tensor is not initialized" not in str(exc):  # a host-to-GPU copy that found no memory
+            raise
         return _oom(a, tier, _oom_message(exc), t0)
 
 

@@ -31,7 +31,7 @@ from lab_utils.cluster.job import format_args
 from lab_utils.resources import usable_cores
 from lab_utils.training import allreduce_runs, loop
 from lab_utils.training.allreduce import load_weights_file
-from lab_utils.training.towers import METHODS, load_student, make_parser
+from lab_utils.training.towers import METHODS, load_student, parse_args
 
 __all__ = [
     "METHOD_LABELS",
@@ -72,15 +72,15 @@ TASK_MEMORY_BYTES = 1200 * 2**20
 
 
 def check_args(args: Mapping[str, Any]) -> None:
-    """The task's own parser on ``args`` (``{"batch_size": 64}``): ValueError with its
-    message for bad values, before anything starts (``--student`` is checked at launch)."""
+    """The task's own checks on ``args`` (``{"batch_size": 64}``): ValueError with its
+    message for bad values, before anything starts (the student file is checked at launch)."""
     import contextlib
     import io
 
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            make_parser().parse_args(format_args(args))
+            parse_args(format_args({**args, "student": __file__}))
     except SystemExit:
         lines = err.getvalue().strip().splitlines()
         raise ValueError(f"bad arguments {dict(args)}: {lines[-1] if lines else 'see the usage'}") from None
