@@ -36,9 +36,9 @@ def pytest_collection_modifyitems(config, items):
     no_gpu = _gpu_count() == 0
     no_hvd = importlib.util.find_spec("horovod") is None
     for item in items:
-        if no_gpu and "gpu" in item.keywords:
+        if no_gpu and item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.skip(reason="no GPU on this machine"))
-        if no_hvd and "horovod" in item.keywords:
+        if no_hvd and item.get_closest_marker("horovod"):
             item.add_marker(pytest.mark.skip(reason="Horovod is not installed (make setup builds it)"))
 
 
