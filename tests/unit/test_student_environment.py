@@ -19,7 +19,13 @@ REPO = PACKAGE.parent
 
 def test_the_course_has_secrets_to_look_for():
     notebooks = source_notebooks()
-    assert [p.parent.name for p in notebooks] == ["01_single_node", "02_ps_async", "03_ps_sync", "04_allreduce", "05_alexnet"]
+    assert [p.parent.name for p in notebooks] == [
+        "01_single_node",
+        "02_ps_async",
+        "03_ps_sync",
+        "04_allreduce",
+        "05_alexnet",
+    ]
     kinds = {s.kind for s in course_secrets(notebooks).values()}
     assert kinds == {"solution", "hidden tests"}
     for nb in notebooks:
