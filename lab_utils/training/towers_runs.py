@@ -149,7 +149,8 @@ class DeviceRun:
         if self.oom:
             return f"<DeviceRun {self.label!r}: OUT OF MEMORY ({self.result.get('error', '')})>"
         return (
-            f"<DeviceRun {self.label!r}: {self.tier}, {self.global_batch} examples/step, "
+            f"<DeviceRun {self.label!r}: {self.tier}, {self.result.get('precision', '?')}, "
+            f"{self.global_batch} examples/step, "
             f"loss {self.result['loss_first']:.3f} -> {self.result['loss']:.3f}, "
             f"{self.examples_per_sec:,.0f} examples/s, {self.wall_time:.1f} s>"
         )
