@@ -44,8 +44,11 @@ c.Execute.timeout = cell_timeout(params_file=HERE.parent / "labs" / "params.yml"
 
 # Feedback shows each test cell's score and output, but not the source of its hidden
 # tests: once students have read them they can be gamed (by the next cohort too).
-# Instructors who prefer to show them: drop ClearHiddenTests from this list.
+# Nor do error tracebacks, which quote the lines around the failing one (HideHiddenTracebacks).
+# Instructors who prefer to show them: drop ClearHiddenTests and HideHiddenTracebacks from this list.
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
 
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+from lab_utils.grading.feedback import HideHiddenTracebacks  # noqa: E402
+
+c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTracebacks, ClearHiddenTests, CSSHTMLHeaderPreprocessor]

@@ -201,6 +201,9 @@ def test_grades_csv_and_feedback(lab, course):
     solution = next(p for p in html if p.parent.parent.name == "solution").read_text()
     assert "visible tests passed" in solution  # test cells and their outputs are there
     assert "HIDDEN TESTS" not in solution and "_checks" not in solution  # the hidden tests' source is not
+    blank = next(p for p in html if p.parent.parent.name == "blank").read_text()
+    assert "Error" in blank  # the failures are reported ...
+    assert "HIDDEN TESTS" not in blank and "_checks" not in blank  # ... without quoting hidden code
 
 
 def _split(source: str) -> tuple[set[str], set[str]]:
