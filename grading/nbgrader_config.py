@@ -49,6 +49,6 @@ c.Execute.timeout = cell_timeout(params_file=HERE.parent / "labs" / "params.yml"
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
 
-from lab_utils.grading.feedback import HideHiddenTracebacks  # noqa: E402
+from lab_utils.grading.tracebacks import HideHiddenTracebacks  # noqa: E402
 
 c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTracebacks, ClearHiddenTests, CSSHTMLHeaderPreprocessor]

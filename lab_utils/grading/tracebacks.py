@@ -1,4 +1,4 @@
-"""Feedback that shows what a test cell found, but none of its hidden tests.
+"""Feedback tracebacks that show what a test cell found, but none of its hidden tests.
 
 nbgrader's ``ClearHiddenTests`` removes the hidden region from a test cell's
 *source* in the feedback, but an error's traceback quotes the lines around the

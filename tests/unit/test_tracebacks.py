@@ -1,4 +1,4 @@
-"""Feedback tracebacks quote no hidden test (lab_utils.grading.feedback)."""
+"""Feedback tracebacks quote no hidden test (lab_utils.grading.tracebacks)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from lab_utils.grading.feedback import HideHiddenTracebacks, hidden_start, scrub_error
+from lab_utils.grading.tracebacks import HideHiddenTracebacks, hidden_start, scrub_error
 
 SOURCE = "\n".join(
     [
@@ -71,3 +71,12 @@ def test_cells_without_hidden_tests_keep_their_traceback():
     cell = new_code_cell("assert f(2) == 4", outputs=[_error(1, "5")])
     nb, _ = HideHiddenTracebacks()(new_notebook(cells=[cell]), {})
     assert len(nb.cells[0].outputs[0]["traceback"]) == 3
+
+
+def test_the_module_does_not_shadow_the_course_feedback_function():
+    # A submodule named lab_utils.grading.feedback would replace grading.feedback() once imported
+    # (nbgrader_config.py imports this module), as it once did.
+    import lab_utils.grading
+    import lab_utils.grading.tracebacks  # noqa: F401
+
+    assert callable(lab_utils.grading.feedback)
