@@ -58,6 +58,7 @@ __all__ = [
     "load_weights_file",
     "save_weights",
     "max_difference",
+    "plain_step",
     "train",
     "main",
 ]
@@ -125,16 +126,7 @@ def parse_args(argv=None, description: str | None = None, prog: str | None = Non
 def check_args(argv) -> Settings:
     """:func:`parse_args` for the notebook side: bad arguments raise ``ValueError`` with
     argparse's message instead of ending the process (checked before any launch)."""
-    import contextlib
-    import io
-
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            return parse_args(list(argv), prog="the training script")
-    except SystemExit as exc:
-        message = err.getvalue().strip().splitlines()
-        raise ValueError(f"bad arguments {list(argv)}: {message[-1] if message else exc}") from None
+    return loop.parse_or_raise(lambda: parse_args(list(argv), prog="the training script"), list(argv))
 
 
 # ----------------------------------------------------------------------------- data order
@@ -315,6 +307,22 @@ def train(
 # ----------------------------------------------------------------------------- references without Horovod
 
 
+def plain_step(model, opt, loss: Callable):
+    """``step(x, y) -> loss``: one device's plain gradient step (the references of Labs 4-5)."""
+    import tensorflow as tf
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            value = loss(model(x, training=True), y)
+        opt.apply_gradients(
+            zip(tape.gradient(value, model.trainable_variables), model.trainable_variables, strict=True)
+        )
+        return value
+
+    return step
+
+
 def _single(settings: Settings) -> dict:
     """One process, plain gradients (the big-batch reference of Part C)."""
     import tensorflow as tf
@@ -323,13 +331,7 @@ def _single(settings: Settings) -> dict:
     model = build_model(settings)
     opt = tf.keras.optimizers.SGD(settings.learning_rate)
 
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(model(x, training=True), y)
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables, strict=True))
-        return loss
-
+    step = plain_step(model, opt, loss_fn)
     return train(settings, step, rank=0, size=1, model=model, extra={"emulate_ranks": settings.emulate_ranks})
 
 

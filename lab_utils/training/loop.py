@@ -18,6 +18,8 @@ here knows about parameter servers, tokens or TensorFlow sessions.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ __all__ = [
     "timings",
     "report_result",
     "cluster_examples_per_sec",
+    "parse_or_raise",
 ]
 
 #: ``step(x_batch, y_batch, stats) -> (global_step_after, loss)``; ``stats`` is the
@@ -222,3 +225,19 @@ def report_result(
     }
     report.result(**result)
     return result
+
+
+# ----------------------------------------------------------------------------- arguments
+
+
+def parse_or_raise(parse: Callable[[], Any], what: Any) -> Any:
+    """``parse()`` (a task's argparse-based parser) for the notebook side: where it would
+    end the process on bad input, raise ``ValueError("bad arguments <what>: <argparse's
+    message>")`` instead, before anything launches."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return parse()
+    except SystemExit as exc:
+        message = err.getvalue().strip().splitlines()
+        raise ValueError(f"bad arguments {what}: {message[-1] if message else exc}") from None

@@ -39,6 +39,7 @@ import numpy as np
 from lab_utils import report
 from lab_utils.training import devices as lab_devices
 from lab_utils.training import loop
+from lab_utils.training.allreduce import plain_step, save_weights
 
 __all__ = ["METHODS", "PRECISIONS", "make_parser", "parse_args", "loss_fn", "load_student", "run", "main"]
 
@@ -139,17 +140,6 @@ def _build(a, tf, num_classes: int):
     return model, opt
 
 
-def _single_step(model, opt, tf):
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(model(x, training=True), y)
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables, strict=True))
-        return loss
-
-    return step
-
-
 def _replica_values(strategy, array: np.ndarray, n: int):
     """Replica i's part (i-th of n equal slices) of a global batch, on its device."""
     import tensorflow as tf
@@ -175,7 +165,7 @@ def _make_step(a, tier, tf, num_classes: int):
     with tf.device(tier.variable_device if a.method == "towers" else tier.devices[0]):
         model, opt = _build(a, tf, num_classes)
     if a.method == "single":
-        return model, _single_step(model, opt, tf)
+        return model, plain_step(model, opt, loss_fn)
     return model, load_student(a.student).make_towers_step(model, opt, list(tier.devices), tier.variable_device)
 
 
@@ -186,12 +176,6 @@ def _accuracy(model, data, device: str, tf) -> float | None:
     with tf.device(device):
         logits = np.concatenate([model(x[i : i + 250], training=False).numpy() for i in range(0, len(y), 250)])
     return float(np.mean(np.argmax(logits, axis=1) == y))
-
-
-def _save(model, path: str) -> None:
-    from lab_utils.training.allreduce import save_weights
-
-    save_weights(model, path)
 
 
 # ----------------------------------------------------------------------------- the run
@@ -225,7 +209,7 @@ def _train(a, tier, tf, before_steps=None) -> dict:
         stop_watch()  # the evaluation below is not training: its memory does not count
     head.update(accuracy=_accuracy(model, data, tier.devices[0], tf), loss_first=losses[0], loss=losses[-1])
     if a.save_weights:
-        _save(model, a.save_weights)
+        save_weights(model, a.save_weights)
     clock.mark("end")
     tail = {"batch_size": a.batch_size, "global_batch": global_batch, "steps": a.steps, "warmup_steps": a.warmup_steps}
     tail.update(memory_limit_mb=tier.memory_limit_mb, oom=False)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from lab_utils.cluster.job import format_args
 from lab_utils.resources import usable_cores
 from lab_utils.training import allreduce_runs, loop
 from lab_utils.training.allreduce import load_weights_file
-from lab_utils.training.towers import METHODS, load_student, parse_args
+from lab_utils.training.towers import METHODS, load_student, make_parser, parse_args
 
 __all__ = [
     "METHOD_LABELS",
@@ -74,16 +75,7 @@ TASK_MEMORY_BYTES = 1200 * 2**20
 def check_args(args: Mapping[str, Any]) -> None:
     """The task's own checks on ``args`` (``{"batch_size": 64}``): ValueError with its
     message for bad values, before anything starts (the student file is checked at launch)."""
-    import contextlib
-    import io
-
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            parse_args(format_args({**args, "student": __file__}))
-    except SystemExit:
-        lines = err.getvalue().strip().splitlines()
-        raise ValueError(f"bad arguments {dict(args)}: {lines[-1] if lines else 'see the usage'}") from None
+    loop.parse_or_raise(lambda: parse_args(format_args({**args, "student": __file__})), dict(args))
     for key in ("devices", "batch_size", "steps"):
         if key in args and (not isinstance(args[key], int) or isinstance(args[key], bool) or args[key] < 1):
             raise ValueError(f"{key} must be an int >= 1, got {args[key]!r}")
@@ -171,8 +163,6 @@ def _launch(method: str, devices: int, args: dict, run_dir: Path, monitor: bool,
         name=f"{method}{devices}",
         memory_per_task=TASK_MEMORY_BYTES,
     )
-    import time
-
     t0 = time.monotonic()
     with cluster:
         mon = allreduce_runs.wait_monitored(cluster, monitor, interval)
@@ -185,11 +175,12 @@ def _launch(method: str, devices: int, args: dict, run_dir: Path, monitor: bool,
 
 def _killed(exc: ClusterError, method: str, devices: int, args: dict) -> dict:
     """A result for a run the kernel killed (SIGKILL: out of host memory, or a cgroup's limit)."""
+    batch = int(args.get("batch_size", make_parser().get_default("batch_size")))
     return {
         "method": method,
         "devices": devices,
-        "batch_size": int(args.get("batch_size", 64)),
-        "global_batch": int(args.get("batch_size", 64)) * devices,
+        "batch_size": batch,
+        "global_batch": batch * devices,
         "oom": True,
         "error": f"killed by signal {-exc.exit_code} (out of host memory?)",
     }
