@@ -37,10 +37,10 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # Per-cell timeout. nbgrader's default is 30 s; `ExecutePreprocessor.timeout` is
-# ignored, `Execute.timeout` is the one that counts. `python -m lab_utils.grading`
-# sets each lab's own value from labs/params.yml; plain `nbgrader` CLI runs get
-# the largest one (cell_timeout reads labs/params.yml with lab_utils.grading.course.load_params).
-c.Execute.timeout = cell_timeout(params_file=HERE.parent / "labs" / "params.yml")
+# ignored, `Execute.timeout` is the one that counts. `python -m lab_utils.grading autograde`
+# grades each submission in a sandbox with its lab's limits from grading/settings.yml
+# (lab_utils.grading.worker); plain `nbgrader` CLI runs get the largest cell timeout there.
+c.Execute.timeout = cell_timeout(settings_file=HERE / "settings.yml")
 
 # Feedback shows each test cell's score and output, but not the source of its hidden
 # tests: once students have read them they can be gamed (by the next cohort too).

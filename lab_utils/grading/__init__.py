@@ -7,6 +7,10 @@ In test cells (introduced in Lab 1)::
 The package, one job per module:
 
 - ``cells``: ``is_grading``, ``credit``, ``ratio_credit`` (what test cells call);
+- ``throughput``: ``compare``, the hidden throughput tests' fair, unforgeable timing;
+- ``settings``: ``grading/settings.yml`` (timeouts and limits per lab);
+- ``batch``, ``worker``, ``sandbox``, ``execute``, ``kernel``, ``accounting``: autograding
+  a class, each submission in a sandbox of its own (see ``grading/README.md``);
 - ``course``: ``labs/params.yml`` (``load_params``, ``lab_settings``), lab selection,
   and the nbgrader operations ``release``, ``check_release``, ``autograde``,
   ``export_grades``, ``feedback`` (``python -m lab_utils.grading ...``, see ``__main__``);
@@ -22,6 +26,7 @@ functions that need them.
 
 from __future__ import annotations
 
+from lab_utils.grading import throughput  # its clock is taken here, in the labs' locked setup cells
 from lab_utils.grading.cells import DEFAULT_BANDS, credit, is_grading, ratio_credit
 from lab_utils.grading.course import (
     GRADING_ROOT,
@@ -48,6 +53,7 @@ __all__ = [
     "credit",
     "ratio_credit",
     "is_grading",
+    "throughput",
     "REPO_ROOT",
     "GRADING_ROOT",
     "LABS_DIR",

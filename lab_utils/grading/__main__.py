@@ -25,9 +25,15 @@ def _parser() -> argparse.ArgumentParser:
         help="exit 1 when labs/ differs from a fresh release or the student environment holds a solution",
     )
     p.add_argument("--labs", default="")
-    p = sub.add_parser("autograde", help="autograde SUBMISSIONS/<student>/<lab>/<lab>.ipynb")
+    p = sub.add_parser(
+        "autograde",
+        help="autograde SUBMISSIONS/<student>/<lab>/<lab>.ipynb, each in its own sandbox, in parallel; "
+        "resumes where an interrupted run stopped",
+    )
     p.add_argument("submissions")
     p.add_argument("--labs", default="")
+    p.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: one per core)")
+    p.add_argument("--regrade", action="store_true", help="grade again even what is unchanged since its last grading")
     p = sub.add_parser("export", help="write grades to CSV")
     p.add_argument("--csv", default=None, help="output file (default: grading/grades.csv)")
     p = sub.add_parser("feedback", help="generate feedback HTML for autograded submissions")
@@ -60,7 +66,7 @@ def main(argv=None) -> int:
         elif args.command == "check-release":
             return _check_release(labs, root, labs_dir)
         elif args.command == "autograde":
-            course.autograde(args.submissions, labs, root)
+            course.autograde(args.submissions, labs, root, jobs=args.jobs, resume=not args.regrade)
         elif args.command == "export":
             print(f"wrote {course.export_grades(args.csv, root)}")
         elif args.command == "feedback":

@@ -10,8 +10,8 @@
 
 Facts from nbgrader 0.9 this module respects: the API returns
 ``{"success": ...}`` instead of raising, so every call is checked here; the
-per-cell timeout is ``Execute.timeout``, set per lab from ``labs/params.yml``
-(read by :func:`load_params`, the one reader of that file).
+per-cell timeout is ``Execute.timeout``, set per lab from ``grading/settings.yml``
+(:mod:`lab_utils.grading.settings`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ __all__ = [
     "SOURCE_DIR",
     "LABS_DIR",
     "PARAMS_FILE",
-    "DEFAULT_TIMEOUT",
     "load_params",
     "lab_settings",
     "cell_timeout",
@@ -38,6 +37,7 @@ __all__ = [
     "resolve_labs",
     "source_notebook",
     "course_api",
+    "check",
     "release",
     "check_release",
     "autograde",
@@ -50,13 +50,11 @@ GRADING_ROOT = REPO_ROOT / "grading"
 SOURCE_DIR = GRADING_ROOT / "source"
 LABS_DIR = REPO_ROOT / "labs"
 PARAMS_FILE = LABS_DIR / "params.yml"
-#: nbgrader per-cell timeout (s) of a lab whose params.yml entry names none (nbgrader's own is 30 s).
-DEFAULT_TIMEOUT = 300
 
 
 # -------------------------------------------------------------- course settings
 def load_params(path: Path | str | None = None) -> dict[str, dict]:
-    """``labs/params.yml`` (or ``path``) as ``{lab: {"ci": ..., "full": ..., "timeout": ...}}``.
+    """``labs/params.yml`` (or ``path``) as ``{lab: {"ci": ..., "full": ..., "cell_timeout": ...}}``.
 
     The one reader of that file: ``lab_settings``, ``run_labs`` and
     ``grading/nbgrader_config.py`` all call it. An empty entry reads as ``{}``."""
@@ -69,13 +67,13 @@ def load_params(path: Path | str | None = None) -> dict[str, dict]:
         raise ValueError(f"{path}: expected a mapping of lab name -> settings, got {type(table).__name__}")
     bad = [lab for lab, entry in table.items() if entry is not None and not isinstance(entry, dict)]
     if bad:
-        raise ValueError(f"{path}: the entries of {bad} must be mappings (keys ci, full, timeout, cell_timeout)")
+        raise ValueError(f"{path}: the entries of {bad} must be mappings (keys ci, full, cell_timeout)")
     return {str(lab): dict(entry or {}) for lab, entry in table.items()}
 
 
 def lab_settings(lab: str, params_file: Path | str | None = None) -> dict:
     """The entry for ``lab`` (``"01"`` or ``"01_single_node"``) in ``labs/params.yml``
-    (keys: ci, full, timeout), with its full name under ``"name"``."""
+    (keys: ci, full, cell_timeout), with its full name under ``"name"``."""
     table = load_params(params_file)
     matches = [name for name in table if name == lab or name.split("_", 1)[0] == lab]
     if len(matches) != 1:
@@ -85,14 +83,15 @@ def lab_settings(lab: str, params_file: Path | str | None = None) -> dict:
     return {**table[matches[0]], "name": matches[0]}
 
 
-def cell_timeout(lab: str | None = None, params_file: Path | str | None = None) -> int:
-    """nbgrader's per-cell timeout for ``lab``; with no lab, the largest of all labs
-    (what a plain ``nbgrader`` command gets). ``DEFAULT_TIMEOUT`` when unset."""
-    try:
-        entries = [lab_settings(lab, params_file)] if lab else list(load_params(params_file).values())
-    except (FileNotFoundError, ValueError):
-        return DEFAULT_TIMEOUT
-    return max((int(e.get("timeout", DEFAULT_TIMEOUT)) for e in entries), default=DEFAULT_TIMEOUT)
+def cell_timeout(lab: str | None = None, settings_file: Path | str | None = None) -> int:
+    """nbgrader's per-cell timeout for ``lab`` from ``grading/settings.yml``; with no
+    lab, the largest of all labs (what a plain ``nbgrader`` command gets)."""
+    from lab_utils.grading.settings import grading_settings, load_settings
+
+    if lab:
+        return int(grading_settings(lab, settings_file)["cell_timeout"])
+    table = load_settings(settings_file)
+    return int(max([table["defaults"], *table["labs"].values()], key=lambda e: e["cell_timeout"])["cell_timeout"])
 
 
 # ---------------------------------------------------------------- lab selection
@@ -137,9 +136,10 @@ def _ensure_tools_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
-def course_api(root: Path | str = GRADING_ROOT, timeout: int | None = None):
+def course_api(root: Path | str = GRADING_ROOT, timeout: int | None = None, extra=None):
     """An ``NbGraderAPI`` for the course at ``root``, configured from
-    ``root/nbgrader_config.py`` (``Execute.timeout`` overridden when given)."""
+    ``root/nbgrader_config.py`` (``Execute.timeout`` overridden when given, then
+    the traitlets ``Config`` ``extra`` merged over it)."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
@@ -154,11 +154,14 @@ def course_api(root: Path | str = GRADING_ROOT, timeout: int | None = None):
     config.CourseDirectory.root = str(root)
     if timeout is not None:
         config.Execute.timeout = int(timeout)
+    if extra is not None:
+        config.merge(extra)
     coursedir = CourseDirectory(config=config)
     return NbGraderAPI(coursedir=coursedir, config=config)
 
 
-def _check(result: dict, what: str) -> None:
+def check(result: dict, what: str) -> None:
+    """Raise RuntimeError with nbgrader's log when an API call did not succeed."""
     if not result.get("success"):
         detail = (result.get("error") or "") + "\n" + (result.get("log") or "")
         raise RuntimeError(f"nbgrader {what} failed:\n{detail.strip()[-4000:]}")
@@ -169,7 +172,6 @@ def release(
     labs=None,
     root: Path | str = GRADING_ROOT,
     labs_dir: Path | str | None = LABS_DIR,
-    params_file: Path | str | None = None,
 ) -> list[Path]:
     """Generate the student version of each lab (all when ``labs`` is empty)
     into ``root/release/<lab>`` and copy it to ``labs_dir/<lab>`` (the
@@ -177,8 +179,8 @@ def release(
     root = Path(root)
     written = []
     for lab in _select(labs, root):
-        api = course_api(root, cell_timeout(lab, params_file))
-        _check(api.generate_assignment(lab, force=True, create=True), f"generate_assignment {lab}")
+        api = course_api(root)
+        check(api.generate_assignment(lab, force=True, create=True), f"generate_assignment {lab}")
         out = root / "release" / lab
         if labs_dir is None:
             written.append(out)
@@ -218,49 +220,33 @@ def check_release(labs=None, root: Path | str = GRADING_ROOT, labs_dir: Path | s
     return problems
 
 
-def _submissions(folder: Path):
-    """(student, lab) pairs in ``folder/<student>/<lab>/``."""
-    for student in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for lab in sorted(p for p in student.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            yield student.name, lab.name
-
-
 def autograde(
-    submissions: Path | str, labs=None, root: Path | str = GRADING_ROOT, params_file: Path | str | None = None
+    submissions: Path | str,
+    labs=None,
+    root: Path | str = GRADING_ROOT,
+    *,
+    jobs: int | None = None,
+    resume: bool = True,
+    settings_file: Path | str | None = None,
+    out=None,
 ) -> dict:
-    """Copy ``submissions/<student>/<lab>/`` into the course's ``submitted/``
-    folder and autograde each one with the lab's timeout. Returns
-    ``{(student, lab): score}``; raises RuntimeError listing any failures."""
-    from nbgrader.api import Gradebook, MissingEntry
+    """Grade ``submissions/<student>/<lab>/`` (see :mod:`lab_utils.grading.batch`).
+    Returns ``{(student, lab): score}``; raises RuntimeError listing any
+    infrastructure error (those submissions are not scored: run again)."""
+    from lab_utils.grading import batch
 
-    root, submissions = Path(root).resolve(), Path(submissions).resolve()
-    if not submissions.is_dir():
-        raise ValueError(f"submissions folder {submissions} does not exist")
-    wanted = set(_select(labs, root))
-    scores, failures = {}, []
-    for student, lab in _submissions(submissions):
-        if lab not in wanted:
-            continue
-        dest = root / "submitted" / student / lab
-        if dest.resolve() != (submissions / student / lab):
-            shutil.rmtree(dest, ignore_errors=True)
-            shutil.copytree(submissions / student / lab, dest)
-        api = course_api(root, cell_timeout(lab, params_file))
-        with Gradebook(api.coursedir.db_url) as gb:
-            try:
-                gb.find_assignment(lab)
-            except MissingEntry:
-                _check(api.generate_assignment(lab, force=True, create=True), f"generate_assignment {lab}")
-        result = api.autograde(lab, student, force=True, create=True)
-        if not result.get("success"):
-            failures.append(f"{student}/{lab}: {(result.get('error') or result.get('log') or '')[-1500:]}")
-            continue
-        with Gradebook(api.coursedir.db_url) as gb:
-            scores[(student, lab)] = gb.find_submission(lab, student).score
-        print(f"autograded {student}/{lab}: {scores[(student, lab)]:g}")
-    if failures:
-        raise RuntimeError("autograde failed for:\n" + "\n".join(failures))
-    return scores
+    results = batch.autograde(
+        submissions, labs, root, jobs=jobs, resume=resume, settings_file=settings_file, out=out or sys.stdout
+    )
+    failed = [r for r in results if r["status"] != "graded"]
+    if failed:
+        raise RuntimeError(
+            "autograde failed for:\n"
+            + "\n".join(
+                f"{r['student']}/{r['lab']}: {r['reason']}\n  " + "\n  ".join(r["log_tail"][-15:]) for r in failed
+            )
+        )
+    return {(r["student"], r["lab"]): r["score"] for r in results}
 
 
 def export_grades(csv_path: Path | str | None = None, root: Path | str = GRADING_ROOT) -> Path:
@@ -310,6 +296,6 @@ def feedback(labs=None, root: Path | str = GRADING_ROOT) -> list[Path]:
         students = sorted(p.name for p in graded.iterdir() if (p / lab).is_dir()) if graded.is_dir() else []
         api = course_api(root)
         for student in students:
-            _check(api.generate_feedback(lab, student, force=True), f"generate_feedback {student}/{lab}")
+            check(api.generate_feedback(lab, student, force=True), f"generate_feedback {student}/{lab}")
             out.extend(sorted((root / "feedback" / student / lab).glob("*.html")))
     return out

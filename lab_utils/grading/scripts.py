@@ -23,8 +23,18 @@ from lab_utils import config
 from lab_utils.grading.cells import is_grading
 from lab_utils.grading.course import GRADING_ROOT, resolve_labs, source_labs
 
-__all__ = ["REFERENCE_DIR", "writefile_scripts", "reference_script", "extract_references", "find_lab_script"]
+__all__ = [
+    "REFERENCE_DIR",
+    "SANDBOX_REFERENCE_ENV",
+    "writefile_scripts",
+    "reference_script",
+    "extract_references",
+    "find_lab_script",
+]
 
+#: Set by the grading worker: the folder of this lab's reference scripts, the only part of
+#: the instructor's course the sandboxed kernel can read.
+SANDBOX_REFERENCE_ENV = "LAB_GRADING_REFERENCE_DIR"
 #: Where extracted reference scripts go (git-ignored): ``<course root>/reference/<lab>/<name>``.
 REFERENCE_DIR = "reference"
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
@@ -93,6 +103,13 @@ def reference_script(lab: str, name: str, root: Path | str = GRADING_ROOT) -> Pa
 
     Raises ValueError for an unknown lab, LookupError when the notebook has no
     ``%%writefile <name>`` cell, FileNotFoundError outside the instructor's repository."""
+    shown = os.environ.get(SANDBOX_REFERENCE_ENV)
+    if shown:  # inside a grading sandbox: the instructor notebooks are out of reach, only the scripts are shown
+        labs = sorted(p.name for p in Path(shown).iterdir() if p.is_dir())
+        path = Path(shown) / resolve_labs([lab], labs)[0] / name
+        if not path.is_file():
+            raise LookupError(f"the grading sandbox shows no reference {name} in {path.parent}")
+        return path
     root = Path(root)
     lab_name, notebook = _source_notebook(lab, root)
     scripts = writefile_scripts(notebook)

@@ -1,0 +1,163 @@
+"""The autograder's notebook executor: one bad cell costs its own exercise, never the notebook.
+
+:class:`SandboxExecute` replaces nbgrader's ``Execute`` preprocessor (the grading
+worker, :mod:`lab_utils.grading.worker`, configures it). Over nbgrader it adds:
+
+- **per-cell timeout that interrupts** (nbclient's ``interrupt_on_timeout``), then
+  checks the kernel answers within ``interrupt_grace`` seconds; a cell that ignores
+  the interrupt gets the kernel restarted, and the notebook goes on;
+- **a dead kernel is restarted** (``os._exit``, a crash, the memory limit): the
+  cell gets an error saying so, the cells above it that ran cleanly (test cells
+  excepted) are run again, and the rest of the notebook is still executed; cells
+  that needed state only the dead cell made fail on their own;
+- **a notebook budget** (``notebook_timeout``): cells not started by then get a
+  ``NotRun`` error (nbgrader would give a test cell with no output full marks);
+- **a record** of every code cell (seconds, what happened) written as JSON to
+  ``record_file``, from which the worker accounts for every test cell.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from queue import Empty
+
+from nbclient.exceptions import DeadKernelError
+from nbclient.util import run_sync
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute
+from traitlets import Integer, Unicode
+
+__all__ = ["SandboxExecute", "TIMEOUT_ENAME", "DEAD_ENAME", "NOT_RUN_ENAME"]
+
+TIMEOUT_ENAME = "CellTimeoutError"
+DEAD_ENAME = "KernelDied"
+NOT_RUN_ENAME = "NotRun"
+
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _error(ename: str, evalue: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+class SandboxExecute(Execute):
+    """nbgrader's ``Execute`` that survives timeouts, dead kernels and a spent budget."""
+
+    notebook_timeout = Integer(0, help="seconds for the whole notebook; 0 = no limit").tag(config=True)
+    interrupt_grace = Integer(20, help="seconds an interrupted kernel has to answer again").tag(config=True)
+    record_file = Unicode("", help="where to write the JSON record of every code cell").tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        self._records: list[dict] = []
+        self._started = time.monotonic()
+        self._deadline = self._started + self.notebook_timeout if self.notebook_timeout else None
+        self._restarts = 0
+        self._cell_timeout = int(self.timeout or 0) or 10**9
+        self.error_on_timeout = {
+            "ename": TIMEOUT_ENAME,
+            "evalue": f"this cell ran longer than {self.timeout} s and was interrupted; "
+            "the rest of the notebook was still graded",
+            "traceback": [f"{TIMEOUT_ENAME}: this cell ran longer than {self.timeout} s and was interrupted"],
+        }
+        try:
+            return super().preprocess(nb, resources, km)
+        finally:
+            self._write_record()
+
+    # ------------------------------------------------------------------ one cell
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code" or not cell.source.strip():
+            return super().preprocess_cell(cell, resources, index)
+        record = {"index": index, "grade_id": _meta(cell).get("grade_id"), "status": "ran"}
+        self._records.append(record)
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            cell.outputs = [
+                _error(NOT_RUN_ENAME, f"not run: the notebook's time budget ({self.notebook_timeout} s) was used up")
+            ]
+            record.update(status="not run", seconds=0.0)
+            return cell, self.resources
+        if self._deadline is not None:  # a cell never runs past the notebook's budget
+            self.timeout = max(1, min(self._cell_timeout, int(self._deadline - time.monotonic()) + 1))
+        t0 = time.monotonic()
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+        except DeadKernelError:
+            record.update(status="kernel died", seconds=round(time.monotonic() - t0, 3))
+            cell.outputs.append(
+                _error(
+                    DEAD_ENAME,
+                    f"the kernel died while running this cell (cell {index}: os._exit, a crash, or the memory "
+                    "limit); it was restarted and the setup cells above were run again",
+                )
+            )
+            record["replayed"] = self._restart(index)
+            return cell, self.resources
+        finally:
+            self.timeout = self._cell_timeout
+        record["seconds"] = round(time.monotonic() - t0, 3)
+        if any(o.get("output_type") == "error" and o.get("ename") == TIMEOUT_ENAME for o in cell.outputs):
+            record["status"] = "timed out"
+            if not self._answers(self.interrupt_grace):
+                record["restarted"] = True
+                record["replayed"] = self._restart(index)
+        return cell, self.resources
+
+    # ------------------------------------------------------------------ kernel
+    def _run_quiet(self, source: str, timeout: float) -> bool:
+        """Execute ``source`` without recording outputs; True when it replied within ``timeout``."""
+        msg_id = self.kc.execute(source, store_history=False, allow_stdin=False)
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = run_sync(self.kc.shell_channel.get_msg)(timeout=left)
+            except Empty:  # no reply in time
+                return False
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return True
+        return False
+
+    def _answers(self, timeout: float) -> bool:
+        try:
+            return self._run_quiet("pass", timeout)
+        except DeadKernelError:
+            return False
+
+    def _restart(self, failed_index: int) -> int:
+        """Restart the kernel and re-run, silently, the code cells above ``failed_index``
+        that ran without an error, test cells excepted: the state the dead kernel held
+        comes back as far as it can. Returns how many cells were re-run."""
+        self._restarts += 1
+        self.log.warning("restarting the kernel after cell %d", failed_index)
+        run_sync(self.km.restart_kernel)(now=True)
+        self.kc.stop_channels()
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        run_sync(self.kc.wait_for_ready)(timeout=self.startup_timeout)
+        ok = {r["index"] for r in self._records if r["status"] == "ran"}
+        replayed = 0
+        for index, cell in enumerate(self.nb.cells[:failed_index]):
+            meta = _meta(cell)
+            if cell.cell_type != "code" or index not in ok or (meta.get("grade") and not meta.get("solution")):
+                continue
+            if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+                continue
+            if not self._run_quiet(cell.source, self._cell_timeout):
+                break
+            replayed += 1
+        return replayed
+
+    def _write_record(self) -> None:
+        if not self.record_file:
+            return
+        data = {
+            "cells": self._records,
+            "restarts": self._restarts,
+            "execution_s": round(time.monotonic() - self._started, 3),
+            "cell_timeout": self._cell_timeout,
+            "notebook_timeout": self.notebook_timeout,
+        }
+        Path(self.record_file).write_text(json.dumps(data, indent=1))

@@ -1,0 +1,313 @@
+"""A sandbox per graded submission: everything it starts is found and killed afterwards.
+
+::
+
+    box = Sandbox("alice-02", memory_mb=4096, cpus=2, max_processes=512)
+    proc = box.start([sys.executable, "-m", "lab_utils.grading.worker", spec], log=path)
+    box.wait(proc, timeout=2000)
+    leaked = box.sweep()      # [{pid, name, cmdline, listening}], all killed by now
+    box.close()
+
+Two modes, and :attr:`Sandbox.mode` says which one a grading run had:
+
+- **isolated** (root, cgroups available, as in CI and on a grading server): its own
+  cgroup (CPU quota, memory limit with swap off, ``pids.max``) that no process in it
+  can leave, and its own network and mount namespaces (``unshare``): only a loopback
+  interface, so clusters of two submissions never share ports and nothing reaches
+  the network. The worker drops the kernel to an unprivileged uid of its own.
+- **process group** (not root): its own session, ``RLIMIT_CORE`` 0 and an
+  ``RLIMIT_CPU`` budget, and a sweep of its descendants and of every process that
+  inherited its ``LAB_SANDBOX`` marker. A process that clears its environment and
+  starts its own session can escape that sweep; memory and process limits need root.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+__all__ = ["Sandbox", "SandboxError", "cgroup_support", "listening_ports", "MARKER"]
+
+#: Environment variable every process of a sandbox inherits (its name).
+MARKER = "LAB_SANDBOX"
+_V1 = Path("/sys/fs/cgroup")
+_CONTROLLERS_V1 = ("memory", "pids", "cpu")
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be set up (the grading run is an infrastructure failure)."""
+
+
+def cgroup_support() -> str | None:
+    """``"v1"`` or ``"v2"`` when this process may create cgroups (root), else None."""
+    if os.geteuid() != 0:
+        return None
+    if (_V1 / "cgroup.controllers").is_file():
+        controllers = (_V1 / "cgroup.controllers").read_text().split()
+        return "v2" if {"memory", "pids", "cpu"} <= set(controllers) else None
+    if all((_V1 / c / "cgroup.procs").is_file() for c in _CONTROLLERS_V1):
+        return "v1"
+    return None
+
+
+def listening_ports(pid: int) -> list[int]:
+    """TCP ports ``pid`` listens on, read from ITS network namespace (``/proc/<pid>/net``;
+    psutil reads the caller's, which misses a sandbox's sockets)."""
+    socket_inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                socket_inodes.add(target[8:-1])
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except (FileNotFoundError, PermissionError):
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and fields[9] in socket_inodes:  # 0A = LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)
+
+
+def _write(path: Path, value) -> None:
+    path.write_text(str(value))
+
+
+class Sandbox:
+    """One submission's processes: start them, bound them, find and kill what is left."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        memory_mb: float = 4096,
+        cpus: float = 2.0,
+        max_processes: int = 512,
+        network: str = "loopback",
+        cpu_seconds: int | None = None,
+        isolate: bool | None = None,
+    ):
+        if not name or "/" in name:
+            raise ValueError(f"sandbox name must be a non-empty string without '/', got {name!r}")
+        self.name = f"labgrade-{name}-{os.getpid()}"
+        self.memory_mb, self.cpus, self.max_processes = memory_mb, cpus, max_processes
+        self.network, self.cpu_seconds = network, cpu_seconds
+        self.cgroup = cgroup_support() if isolate is not False else None
+        if isolate and not self.cgroup:
+            raise SandboxError("an isolated sandbox needs root and cgroups (memory, pids, cpu)")
+        self._dirs: list[Path] = []
+        self._proc: subprocess.Popen | None = None
+        if self.cgroup:
+            self._make_cgroup()
+
+    @property
+    def isolated(self) -> bool:
+        return self.cgroup is not None
+
+    @property
+    def mode(self) -> str:
+        if self.isolated:
+            net = "network namespace with loopback only" if self.network == "loopback" else "host network"
+            return (
+                f"isolated: cgroup {self.cgroup} ({self.cpus:g} CPUs, {self.memory_mb:g} MB without swap, "
+                f"{self.max_processes} processes), {net}, private mounts, unprivileged kernel"
+            )
+        return (
+            "process group (not root): own session, CPU-time limit, sweep of descendants and marked processes; "
+            "no memory or process limit, no network isolation, the kernel runs as the grader's user"
+        )
+
+    # ------------------------------------------------------------------ cgroups
+    def _make_cgroup(self) -> None:
+        try:
+            if self.cgroup == "v1":
+                for ctrl in _CONTROLLERS_V1:
+                    d = _V1 / ctrl / self.name
+                    d.mkdir()
+                    self._dirs.append(d)
+                mem = _V1 / "memory" / self.name
+                _write(mem / "memory.limit_in_bytes", int(self.memory_mb * 2**20))
+                if (mem / "memory.memsw.limit_in_bytes").exists():
+                    _write(mem / "memory.memsw.limit_in_bytes", int(self.memory_mb * 2**20))
+                _write(mem / "memory.swappiness", 0)
+                _write(_V1 / "pids" / self.name / "pids.max", int(self.max_processes))
+                cpu = _V1 / "cpu" / self.name
+                period = int((cpu / "cpu.cfs_period_us").read_text())
+                _write(cpu / "cpu.cfs_quota_us", int(self._cpus() * period))
+            else:
+                parent = Path(_V1)
+                _write(parent / "cgroup.subtree_control", "+memory +pids +cpu")
+                d = parent / self.name
+                d.mkdir()
+                self._dirs.append(d)
+                _write(d / "memory.max", int(self.memory_mb * 2**20))
+                _write(d / "memory.swap.max", 0)
+                _write(d / "pids.max", int(self.max_processes))
+                _write(d / "cpu.max", f"{int(self._cpus() * 100000)} 100000")
+        except OSError as exc:
+            self.close()
+            raise SandboxError(f"cannot create cgroup {self.name} ({self.cgroup}): {exc}") from exc
+
+    def _cpus(self) -> float:
+        return max(0.1, min(float(self.cpus), float(os.cpu_count() or 1)))
+
+    def _procs_files(self) -> list[Path]:
+        return [d / "cgroup.procs" for d in self._dirs]
+
+    # ------------------------------------------------------------------ running
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` wrapped for this sandbox (``unshare`` for the namespaces when isolated)."""
+        if not self.isolated:
+            return list(argv)
+        ns = ["--mount", "--propagation", "private"] + (["--net"] if self.network == "loopback" else [])
+        return ["unshare", *ns, "--", *argv]
+
+    def start(self, argv: list[str], *, log: Path, env: dict | None = None, cwd: Path | None = None):
+        """Start ``argv`` in the sandbox (its own session), stdout and stderr to ``log``."""
+        if self._proc is not None:
+            raise SandboxError(f"sandbox {self.name} already runs pid {self._proc.pid}")
+        env = {**(env if env is not None else os.environ), MARKER: self.name}
+        procs, cpu_seconds = self._procs_files(), self.cpu_seconds
+
+        def enter():  # runs in the child before exec: join the cgroup, set limits
+            for f in procs:
+                f.write_text(str(os.getpid()))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if cpu_seconds and not procs:
+                resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
+
+        with open(log, "ab") as out:
+            self._proc = subprocess.Popen(
+                self.command(argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=enter,  # noqa: PLW1509 (the grader's own, single-purpose child)
+            )
+        return self._proc
+
+    def wait(self, timeout: float) -> int | None:
+        """The worker's exit code, or None when it ran past ``timeout`` (then it is killed)."""
+        try:
+            return self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._killpg(self._proc.pid)
+            self._proc.wait()
+            return None
+
+    # ------------------------------------------------------------------ leftovers
+    def members(self) -> list[int]:
+        """PIDs of every process still in the sandbox."""
+        if self.isolated:
+            pids = set()
+            for f in self._procs_files():
+                try:
+                    pids.update(int(p) for p in f.read_text().split())
+                except FileNotFoundError:
+                    continue
+            return sorted(pids)
+        found = set()
+        if self._proc is not None:
+            try:
+                found.update(c.pid for c in psutil.Process(self._proc.pid).children(recursive=True))
+                found.add(self._proc.pid)
+            except psutil.NoSuchProcess:
+                pass
+        me = os.getuid()
+        for p in psutil.process_iter(["pid", "uids"]):
+            try:
+                if p.info["uids"] and p.info["uids"].real == me and p.environ().get(MARKER) == self.name:
+                    found.add(p.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return sorted(pid for pid in found if psutil.pid_exists(pid))
+
+    @staticmethod
+    def describe(pid: int) -> dict | None:
+        try:
+            p = psutil.Process(pid)
+            with p.oneshot():
+                return {
+                    "pid": pid,
+                    "name": p.name(),
+                    "cmdline": " ".join(p.cmdline())[:300],
+                    "listening": listening_ports(pid),
+                }
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return None
+        except psutil.AccessDenied:
+            return {"pid": pid, "name": "?", "cmdline": "?", "listening": []}
+
+    def sweep(self, settle_s: float = 10.0) -> list[dict]:
+        """Processes still in the sandbox once its worker has exited, described, then
+        killed. Children that exit by themselves within ``settle_s`` (the clusters'
+        parent-death guards) are not counted as leaked."""
+        deadline = time.monotonic() + settle_s
+        while (left := self.members()) and time.monotonic() < deadline:
+            time.sleep(0.2)  # polling the sandbox's process list under a deadline
+        leaked = [d for d in (self.describe(pid) for pid in left) if d]
+        self.kill()
+        return leaked
+
+    def kill(self, deadline_s: float = 15.0) -> None:
+        """SIGKILL every process of the sandbox, until none is left (bounded)."""
+        deadline = time.monotonic() + deadline_s
+        while pids := self.members():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+            if time.monotonic() > deadline:
+                raise SandboxError(f"sandbox {self.name}: processes {pids} survive SIGKILL")
+            time.sleep(0.05)  # polling until the kernel has reaped them
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.wait(timeout=5)
+
+    def _killpg(self, pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.kill()
+
+    def close(self) -> None:
+        """Kill what is left and remove the cgroups."""
+        if self._dirs:
+            self.kill()
+        for d in self._dirs:
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)  # the last killed task leaves the cgroup asynchronously
+        self._dirs = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<Sandbox {self.name}: {self.mode}>"

@@ -1,0 +1,218 @@
+"""Grade ONE submission inside its sandbox: ``python -m lab_utils.grading.worker SPEC.json``.
+
+The batch (:mod:`lab_utils.grading.batch`) writes the spec and starts this in a
+:class:`~lab_utils.grading.sandbox.Sandbox`. The worker
+
+1. when isolated: brings up loopback, hides the instructor's course and the other
+   submissions behind empty mounts, and shows the kernel only what it needs (the
+   reference scripts, the dataset cache), read-only;
+2. builds a private course (its own gradebook) with the one lab and the one submission;
+3. notes every locked cell the submission changed or deleted (nbgrader restores them);
+4. autogrades with :class:`~lab_utils.grading.execute.SandboxExecute`, the kernel
+   running as the sandbox's own uid;
+5. accounts for every test cell (passed / failed / error / timed out / not run, with
+   the reason), writes the feedback, and the result JSON the batch merges.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab_utils.grading import course
+from lab_utils.grading.accounting import account, changed_cells, flags_in_outputs, restore_deleted
+
+__all__ = ["main", "grade"]
+
+
+def _run(*argv: str) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+
+
+def _isolate(spec: dict, box: Path) -> dict:
+    """Mounts and network of an isolated sandbox; returns the kernel's extra environment."""
+    env = {}
+    if spec["network"] == "loopback":
+        _run("ip", "link", "set", "lo", "up")
+    shown = box / "shown"
+    for name, src in (("reference", spec.get("reference_dir")), ("keras", spec.get("keras_home"))):
+        if src and Path(src).is_dir():
+            (shown / name).mkdir(parents=True, exist_ok=True)
+            _run("mount", "--bind", src, str(shown / name))
+            _run("mount", "-o", "remount,bind,ro", str(shown / name))
+    _expose([Path(sys.base_prefix), Path(sys.prefix), course.REPO_ROOT], box / "views")
+    for path in spec.get("hide", []):
+        if Path(path).is_dir():
+            _run("mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", path)
+    shown.chmod(0o755)
+    if (shown / "keras").is_dir():
+        env["KERAS_HOME"] = str(shown / "keras")
+    if (shown / "reference").is_dir():
+        env["LAB_GRADING_REFERENCE_DIR"] = str(shown / "reference")
+    return env
+
+
+def _expose(needed: list[Path], views: Path) -> None:
+    """Make the interpreter and lab_utils reachable by the unprivileged kernel when they
+    sit under a private folder (pyenv in /root): in this mount namespace only, that
+    folder is replaced by a traversable view holding just the needed entries."""
+    blocked: dict[Path, set[str]] = {}
+    for path in needed:
+        path = path.resolve()
+        for parent in [*reversed(path.parents), path]:
+            if parent != path and not parent.stat().st_mode & stat.S_IXOTH:
+                child = path.relative_to(parent).parts[0]
+                blocked.setdefault(parent, set()).add(child)
+                break
+    for n, (parent, children) in enumerate(sorted(blocked.items())):
+        view = views / str(n)
+        view.mkdir(parents=True)
+        for child in sorted(children):
+            (view / child).mkdir()
+            _run("mount", "--bind", str(parent / child), str(view / child))
+        view.chmod(0o711)
+        views.chmod(0o711)
+        _run("mount", "--rbind", str(view), str(parent))
+
+
+def _kernelspec(box: Path, uid: int) -> Path:
+    spec_dir = box / "jupyter" / "kernels" / "lab-sandbox"
+    spec_dir.mkdir(parents=True)
+    argv = [sys.executable, "-m", "lab_utils.grading.kernel", "--uid", str(uid), "--home", str(box / "home")]
+    (spec_dir / "kernel.json").write_text(
+        json.dumps({"argv": [*argv, "-f", "{connection_file}"], "display_name": "sandbox", "language": "python"})
+    )
+    return box / "jupyter"
+
+
+def _course(spec: dict, box: Path) -> Path:
+    root = box / "course"
+    root.mkdir(mode=0o711)
+    main_root = Path(spec["main_root"])
+    shutil.copy2(main_root / "nbgrader_config.py", root / "nbgrader_config.py")
+    shutil.copytree(main_root / "source" / spec["lab"], root / "source" / spec["lab"])
+    dest = root / "submitted" / spec["student"] / spec["lab"]
+    shutil.copytree(spec["submission"], dest)
+    for d in (root / "source", root / "submitted"):
+        d.chmod(0o700)
+    return root
+
+
+def _config(spec: dict, box: Path, record: Path):
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+    from nbgrader.preprocessors import (
+        AssignLatePenalties,
+        CheckCellMetadata,
+        IgnorePattern,
+        LimitOutput,
+        SaveAutoGrades,
+    )
+    from traitlets.config import Config
+
+    from lab_utils.grading.execute import SandboxExecute
+
+    s = spec["settings"]
+    c = Config()
+    c.Autograde.autograde_preprocessors = [
+        SandboxExecute,
+        IgnorePattern,
+        ClearMetadataPreprocessor,
+        LimitOutput,
+        SaveAutoGrades,
+        AssignLatePenalties,
+        CheckCellMetadata,
+    ]
+    c.SandboxExecute.timeout = int(s["cell_timeout"])
+    c.SandboxExecute.notebook_timeout = int(s["notebook_timeout"])
+    c.SandboxExecute.interrupt_grace = int(s["interrupt_grace"])
+    c.SandboxExecute.record_file = str(record)
+    if spec.get("uid"):
+        c.SandboxExecute.kernel_name = "lab-sandbox"
+    return c
+
+
+def grade(spec: dict) -> dict:
+    """Grade the submission ``spec`` describes; returns the result (also written to spec["result"])."""
+    t0 = time.monotonic()
+    box = Path(spec["box"])
+    student, lab = spec["student"], spec["lab"]
+    root = _course(spec, box)  # before _isolate hides the instructor's course and the submissions
+    kernel_env = _isolate(spec, box) if spec.get("isolated") else {}
+    if spec.get("reference_dir") and "LAB_GRADING_REFERENCE_DIR" not in kernel_env:
+        kernel_env["LAB_GRADING_REFERENCE_DIR"] = spec["reference_dir"]
+    kernel_env["LAB_GRADING_TIMING"] = json.dumps(spec["settings"]["timing"])
+    if spec.get("timing_lock"):
+        kernel_env["LAB_GRADING_TIMING_LOCK"] = spec["timing_lock"]
+    if spec.get("uid"):
+        (box / "home").mkdir(mode=0o700, exist_ok=True)
+        kernel_env["JUPYTER_PATH"] = str(_kernelspec(box, spec["uid"]))
+    os.environ.update(kernel_env)
+    api = course.course_api(root)
+    course.check(api.generate_assignment(lab, force=True, create=True), f"generate_assignment {lab}")
+    submitted = root / "submitted" / student / lab / f"{lab}.ipynb"
+    released = root / "release" / lab / f"{lab}.ipynb"
+    restored = changed_cells(submitted, released)
+    restore_deleted(submitted, released)
+    record = box / "execution.json"
+    api = course.course_api(root, extra=_config(spec, box, record))
+    t_exec = time.monotonic()
+    outcome = api.autograde(lab, student, force=True, create=True)
+    t_exec = time.monotonic() - t_exec
+    if not outcome.get("success"):
+        detail = (outcome.get("error") or "") + (outcome.get("log") or "")
+        raise RuntimeError(f"nbgrader autograde failed: {detail[-3000:]}")
+    graded = root / "autograded" / student / lab / f"{lab}.ipynb"
+    executed = json.loads(record.read_text()) if record.is_file() else {"cells": []}
+    cells, score, max_score = account(root, lab, student, graded, executed)
+    flags = restored + flags_in_outputs(graded)
+    for c in executed["cells"]:
+        if c["status"] in ("timed out", "kernel died"):
+            flags.append({"kind": c["status"], "detail": _event(c)})
+    if any(c["status"] == "not run" for c in executed["cells"]):
+        flags.append({"kind": "not run", "detail": f"the notebook's {executed['notebook_timeout']} s budget ran out"})
+    course.check(api.generate_feedback(lab, student, force=True), f"generate_feedback {student}/{lab}")
+    result = {
+        "status": "graded",
+        "student": student,
+        "lab": lab,
+        "score": score,
+        "max_score": max_score,
+        "cells": cells,
+        "flags": flags,
+        "timings": {"execution_s": round(t_exec, 3), "worker_s": round(time.monotonic() - t0, 3), **executed},
+        "autograded": str(graded.parent),
+        "feedback": str(root / "feedback" / student / lab),
+        "db": str(root / "gradebook.db"),
+    }
+    Path(spec["result"]).write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _event(cell: dict) -> str:
+    where = f"cell {cell['index']}" + (f" ({cell['grade_id']})" if cell.get("grade_id") else "")
+    if cell["status"] == "timed out":
+        extra = ", ignored the interrupt: kernel restarted" if cell.get("restarted") else ", interrupted"
+        return f"{where} ran past the cell timeout{extra}"
+    return f"kernel died in {where}; restarted, {cell.get('replayed', 0)} setup cells re-run"
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m lab_utils.grading.worker SPEC.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text())
+    grade(spec)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
