@@ -38,8 +38,8 @@ release: setup  ## regenerate the student notebooks in labs/ from grading/source
 check-release: setup  ## fail if labs/ is out of date with grading/source/
 	$(PY) -m lab_utils.grading check-release
 
-autograde: setup  ## autograde submissions: SUBMISSIONS=folder with <student>/<lab>/<lab>.ipynb
-	$(PY) -m lab_utils.grading autograde $(SUBMISSIONS)
+autograde: setup  ## grade SUBMISSIONS=folder (<student>/<lab>/<lab>.ipynb), each in a sandbox, in parallel, resumable (JOBS=, REGRADE=1)
+	$(PY) -m lab_utils.grading autograde $(SUBMISSIONS) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 1,$(REGRADE)),--regrade)
 
 grades: setup  ## export the gradebook to grading/grades.csv
 	$(PY) -m lab_utils.grading export --csv grading/grades.csv
@@ -59,5 +59,5 @@ lock:  ## re-resolve requirements/base.in into requirements/constraints.txt (nee
 	@bash scripts/lock.sh
 
 clean:  ## remove run outputs, logs and course state (keeps .venv)
-	rm -rf out bench/results grading/release grading/reference grading/submitted grading/autograded grading/feedback grading/gradebook.db
+	rm -rf out bench/results grading/release grading/reference grading/submitted grading/autograded grading/feedback grading/results grading/gradebook.db
 	$(PY) -m lab_utils reap

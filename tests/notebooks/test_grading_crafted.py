@@ -1,0 +1,118 @@
+"""An instructor's worst week, on Lab 1: crafted submissions graded as a class, in
+parallel sandboxes. Each gets the expected score and flag, nothing is left running,
+and a second run resumes without grading anything again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from lab_utils import grading
+from lab_utils.grading import batch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+import crafted  # noqa: E402
+
+pytestmark = pytest.mark.notebook
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = "01_single_node"
+# (score lost, flag kind expected) per crafted kind; points from the instructor notebook
+EXPECTED = {
+    "correct": ([], None),
+    "partly": (["test_sweep"], None),
+    "loop": (["test_sweep"], "timed out"),
+    "exits": ([], "kernel died"),
+    "tampered": ([], "tampered cell"),
+    "deleted": ([], "deleted cell"),
+    "leaks": ([], "leaked process killed"),
+    "forged": (["test_throughput"], "forged throughput"),
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("crafted")
+    root = tmp / "grading"
+    root.mkdir()
+    shutil.copy2(REPO / "grading" / "nbgrader_config.py", root)
+    # a short cell timeout, so that the endless loop costs 40 s, not 300
+    (root / "settings.yml").write_text("defaults:\n  cell_timeout: 40\n  interrupt_grace: 10\n")
+    shutil.copytree(REPO / "grading" / "source", root / "source")
+    grading.release([LAB], root, labs_dir=None)
+    subs = tmp / "submissions"
+    for kind in [*EXPECTED, "blank"]:
+        crafted.write(kind, LAB, subs, root=root)
+    results = batch.autograde(subs, [LAB], root, jobs=2)
+    return root, subs, {r["student"]: r for r in results}
+
+
+def _left_running() -> list[str]:
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "environ"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "sleep 100000" in cmd or "tf.distribute.Server" in cmd or "lab_utils.grading.worker" in cmd:
+            found.append(f"{p.pid}: {cmd[:120]}")
+    return found
+
+
+def test_every_crafted_submission_gets_its_score_and_flag(graded):
+    root, _, results = graded
+    points = crafted.test_points(LAB, root)
+    full = sum(points.values())
+    for kind, (lost, flag) in EXPECTED.items():
+        r = results[kind]
+        assert r["status"] == "graded", (kind, r.get("reason"), r.get("log_tail"))
+        auto = sum(c["score"] for c in r["cells"])
+        assert auto == full - sum(points[g] for g in lost), (kind, r["cells"])
+        kinds = {f["kind"] for f in r["flags"]}
+        assert kinds == ({flag} if flag else set()), (kind, r["flags"])
+        statuses = {c["grade_id"]: c["status"] for c in r["cells"]}
+        assert set(statuses) == set(points)  # every test cell accounted for
+        assert all(statuses[g] != "passed" for g in lost) and all(
+            s == "passed" for g, s in statuses.items() if g not in lost
+        ), (kind, statuses)
+    blank = results["blank"]
+    assert sum(c["score"] for c in blank["cells"]) == 0 and all(c["status"] == "error" for c in blank["cells"])
+
+
+def test_flags_name_what_happened(graded):
+    _, _, results = graded
+    detail = {r: " ".join(f["detail"] for f in results[r]["flags"]) for r in EXPECTED}
+    assert "sleep 100000" in detail["leaks"] and "listening on port" in detail["leaks"]
+    assert "kernel died in cell" in detail["exits"] and "re-run" in detail["exits"]
+    assert "(sweep)" in detail["loop"]
+    loop = {c["grade_id"]: c for c in results["loop"]["cells"]}
+    assert loop["test_sweep"]["status"] == "error" and "NameError" in loop["test_sweep"]["reason"]
+
+
+def test_nothing_is_left_running_and_the_course_holds_every_result(graded):
+    root, _, results = graded
+    assert _left_running() == []
+    assert not [d for d in Path("/sys/fs/cgroup/pids").glob("labgrade-*")]  # cgroups removed
+    for student in results:
+        assert (root / "autograded" / student / LAB / f"{LAB}.ipynb").is_file()
+        assert list((root / "feedback" / student / LAB).glob("*.html"))
+        prov = json.loads((root / "results" / student / f"{LAB}.json").read_text())["provenance"]
+        assert len(prov["submission_sha256"]) == 64 and prov["host"] and "nbgrader" in prov["versions"]
+    csv_text = (root / "results" / "grades.csv").read_text()
+    assert "leaks,01_single_node,graded,13.0" in csv_text and "leaked process killed" in csv_text
+    scores = grading.export_grades(None, root).read_text()  # merged into the course gradebook
+    assert "forged,01_single_node,10.0" in scores and "blank,01_single_node,0.0" in scores
+
+
+def test_a_second_run_resumes_and_a_changed_submission_is_graded_again(graded):
+    root, subs, results = graded
+    nb = subs / "partly" / LAB / f"{LAB}.ipynb"
+    crafted.write("correct", LAB, subs, student="partly", root=root)  # partly handed in again, now complete
+    again = {r["student"]: r for r in batch.autograde(subs, [LAB], root, jobs=2)}
+    assert nb.is_file()
+    assert again["partly"]["provenance"]["graded_at"] != results["partly"]["provenance"]["graded_at"]
+    assert sum(c["score"] for c in again["partly"]["cells"]) == sum(crafted.test_points(LAB, root).values())
+    for student in set(results) - {"partly"}:  # unchanged: not graded again
+        assert again[student]["provenance"]["graded_at"] == results[student]["provenance"]["graded_at"]

@@ -1,0 +1,156 @@
+"""Unit tests of the grading pieces that need no kernel: settings, throughput credit
+(with a fake clock), and the accounting of changed and deleted cells."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from lab_utils import grading
+from lab_utils.grading import accounting, settings, throughput
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+import crafted  # noqa: E402
+
+
+# ------------------------------------------------------------------ settings
+def test_settings_file_covers_every_lab_and_merges_over_defaults(tmp_path):
+    table = settings.load_settings()
+    assert set(table["labs"]) == set(grading.source_labs())
+    assert grading.cell_timeout("02") == table["labs"]["02_ps_async"]["cell_timeout"] > 30
+    f = tmp_path / "settings.yml"
+    f.write_text("defaults:\n  cell_timeout: 50\nlabs:\n  01_a:\n    cell_timeout: 70\n    timing: {rounds: 3}\n")
+    assert settings.grading_settings("01", f)["cell_timeout"] == 70
+    assert settings.grading_settings("01", f)["timing"] == {**settings.DEFAULTS["timing"], "rounds": 3}
+    assert settings.grading_settings("02", f)["cell_timeout"] == 50  # not named: the defaults
+    assert grading.cell_timeout(settings_file=f) == 70  # plain nbgrader gets the largest
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("defaults:\n  cell_timeot: 5\n", "unknown setting"),
+        ("defaults:\n  memory_mb: -1\n", "positive"),
+        ("defaults:\n  network: internet\n", "network"),
+        ("labs:\n  01_a:\n    timing: {rounds: 5, max_rounds: 2}\n", "rounds"),
+        ("- a\n", "expected the mappings"),
+    ],
+)
+def test_bad_settings_are_refused_with_the_file_named(tmp_path, text, match):
+    f = tmp_path / "settings.yml"
+    f.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        settings.load_settings(f)
+
+
+# ---------------------------------------------------------------- throughput
+class FakeClock:
+    """perf_counter stand-in: each job advances it by the seconds it is given."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def job(self, seconds, result=None):
+        def run():
+            self.now += seconds.pop(0) if isinstance(seconds, list) else seconds
+            return result
+
+        return run
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = FakeClock()
+    monkeypatch.setattr(throughput, "_clock", c)
+    monkeypatch.delenv(throughput.LOCK_ENV, raising=False)
+    monkeypatch.setenv(throughput.TIMING_ENV, json.dumps({"rounds": 2, "max_rounds": 4, "noise": 0.1}))
+    return c
+
+
+BANDS = ((0.5, 1.0), (0.3, 0.5))
+
+
+def test_credit_comes_from_the_wall_clock_ratio_best_of_each(clock, capsys):
+    # student 1.6 s (once 9 s: load only slows a run down), reference 1 s: ratio 0.62 -> full credit
+    credit = throughput.compare(clock.job([9.0, 1.6, 1.6, 1.6]), clock.job(1.0), points=2, bands=BANDS, work=100)
+    assert credit == 2.0
+    out = capsys.readouterr().out
+    assert "yours 63 examples/s, reference 100 examples/s" in out and "ratio 0.6" in out
+    clock2 = clock.job(4.0)  # 4x slower than the reference: below every band
+    assert throughput.compare(clock2, clock.job(1.0), points=2, bands=BANDS) == 0.0
+
+
+def test_a_ratio_too_noisy_to_call_is_regraded_then_given_the_higher_band(clock, capsys):
+    # the ratio sits on the 0.5 edge and the student's runs spread 20 %: never failed on noise
+    stu = [2.0, 2.4, 2.0, 2.4, 2.0, 2.4]
+    credit = throughput.compare(clock.job(stu), clock.job(1.0), points=2, bands=BANDS)
+    out = capsys.readouterr().out
+    assert "best of 4 alternating runs" in out  # measured again, up to max_rounds
+    assert "[grading-flag] inconclusive timing" in out and "inconclusive — regraded" in out
+    assert credit == 2.0
+
+
+def test_a_reported_figure_that_contradicts_the_clock_earns_nothing(clock, capsys):
+    # same speed on the clock, but the student's code claims 50x the reference's figure
+    credit = throughput.compare(
+        clock.job(1.0, result=5000.0), clock.job(1.0, result=100.0), points=2, bands=BANDS, reported=float
+    )
+    assert credit == 0.0
+    assert "[grading-flag] forged throughput" in capsys.readouterr().out
+    honest = throughput.compare(
+        clock.job(1.0, result=110.0), clock.job(1.0, result=100.0), points=2, bands=BANDS, reported=float
+    )
+    assert honest == 2.0
+
+
+def test_a_run_that_skipped_the_job_earns_nothing(clock, capsys):
+    credit = throughput.compare(
+        clock.job(0.1, result=0), clock.job(1.0, result=520), points=3, bands=BANDS, valid=lambda steps: steps == 520
+    )
+    assert credit == 0.0
+    assert "[grading-flag] incomplete timed run" in capsys.readouterr().out
+
+
+def test_band_of():
+    assert [throughput.band_of(r, BANDS) for r in (0.9, 0.5, 0.4, 0.1)] == [0, 0, 1, 2]
+
+
+# ---------------------------------------------------------------- accounting
+LAB = "01_single_node"
+
+
+def _write(nb, path: Path) -> Path:
+    nbformat.write(nb, path)
+    return path
+
+
+def test_changed_and_deleted_cells_are_flagged_and_restored(tmp_path):
+    release = crafted.paths(LAB)[1]
+    correct = _write(crafted.craft("correct", LAB), tmp_path / "correct.ipynb")
+    assert accounting.changed_cells(correct, release) == []  # filling in solutions changes no locked cell
+    tampered = _write(crafted.craft("tampered", LAB), tmp_path / "tampered.ipynb")
+    flags = accounting.changed_cells(tampered, release)
+    assert [f["kind"] for f in flags] == ["tampered cell"] and "test_model_loss" in flags[0]["detail"]
+    deleted = _write(crafted.craft("deleted", LAB), tmp_path / "deleted.ipynb")
+    flags = accounting.changed_cells(deleted, release)
+    assert [f["kind"] for f in flags] == ["deleted cell"] and "test_train_step" in flags[0]["detail"]
+    assert accounting.restore_deleted(deleted, release) == ["test_train_step"]
+    assert accounting.changed_cells(deleted, release) == []  # back, where it was
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(deleted, as_version=4).cells]
+    rel = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(release, as_version=4).cells]
+    assert [i for i in ids if i] == [i for i in rel if i]
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text("{not json")
+    assert accounting.changed_cells(broken, release)[0]["kind"] == "unreadable notebook"
+
+
+def test_flag_lines_round_trip():
+    line = accounting.flag_line("inconclusive timing", "ratio 0.5")
+    assert line.startswith(accounting.FLAG_PREFIX) and line.endswith("inconclusive timing: ratio 0.5")
