@@ -40,7 +40,7 @@ from lab_utils.grading import course, scripts
 from lab_utils.grading.sandbox import Sandbox, SandboxError, cgroup_support
 from lab_utils.grading.settings import grading_settings
 
-__all__ = ["autograde", "submission_pairs", "results_dir", "KERNEL_UID_BASE"]
+__all__ = ["autograde", "submission_pairs", "results_dir", "usable_cores", "write_csv", "summary", "KERNEL_UID_BASE"]
 
 #: Kernels of sandbox slot i run as uid KERNEL_UID_BASE + i (root only; no passwd entry needed).
 KERNEL_UID_BASE = 61000
@@ -58,7 +58,8 @@ def results_dir(root: Path | str = course.GRADING_ROOT) -> Path:
     return Path(root) / "results"
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:
@@ -330,7 +331,7 @@ def autograde(
     pairs = [(s, lab) for s, lab in submission_pairs(submissions) if lab in wanted]
     if not pairs:
         raise ValueError(f"no submissions for {sorted(wanted)} in {submissions} (expected <student>/<lab>/<lab>.ipynb)")
-    jobs = max(1, int(jobs or _usable_cores()))
+    jobs = max(1, int(jobs or usable_cores()))
     _prepare(root, sorted({lab for _, lab in pairs}))
     results, todo = [], []
     for student, lab in pairs:

@@ -1,0 +1,84 @@
+"""Autograde N correct submissions of a lab serially (1 sandbox at a time) and in
+parallel (one per core), in one run; JSON out.
+
+    python bench/bench_grading.py [--labs 01,02] [--n 10]
+
+Reports per lab: wall time of each batch, the speedup, and the share of the serial
+batch spent executing notebooks (the kernel's cells) against grading overhead
+(sandbox, private course, nbgrader's sanitising, merging, feedback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+
+import crafted  # noqa: E402
+
+from lab_utils import grading  # noqa: E402
+from lab_utils.grading import batch  # noqa: E402
+
+
+def _course(tmp: Path, lab: str, n: int) -> tuple[Path, Path]:
+    root = tmp / "grading"
+    root.mkdir()
+    shutil.copy2(REPO / "grading" / "nbgrader_config.py", root)
+    shutil.copy2(REPO / "grading" / "settings.yml", root)
+    shutil.copytree(REPO / "grading" / "source", root / "source")
+    grading.release([lab], root, labs_dir=None)
+    subs = tmp / "submissions"
+    for i in range(n):
+        crafted.write("correct", lab, subs, student=f"student{i:02d}", root=root)
+    return root, subs
+
+
+def _grade(lab: str, n: int, jobs: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
+        root, subs = _course(Path(tmp), lab, n)
+        t0 = time.monotonic()
+        with contextlib.redirect_stdout(io.StringIO()):
+            results = batch.autograde(subs, [lab], root, jobs=jobs, resume=False)
+        wall = time.monotonic() - t0
+    executing = sum(r["timings"]["execution_s"] for r in results if r["status"] == "graded")
+    workers = sum(r["provenance"]["wall_s"] for r in results)
+    return {
+        "jobs": jobs,
+        "wall_s": round(wall, 1),
+        "graded": sum(r["status"] == "graded" for r in results),
+        "scores": sorted({r["score"] for r in results}),
+        "executing_s": round(executing, 1),
+        "sandbox_wall_s": round(workers, 1),
+        "overhead_share": round(1 - executing / workers, 3) if workers else None,
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--labs", default="01,02")
+    parser.add_argument("--n", type=int, default=10)
+    args = parser.parse_args(argv)
+    out = {"n": args.n, "cores": batch.usable_cores(), "labs": {}}
+    for lab in grading.resolve_labs(args.labs.split(","), grading.source_labs()):
+        serial = _grade(lab, args.n, 1)
+        parallel = _grade(lab, args.n, out["cores"])
+        out["labs"][lab] = {
+            "serial": serial,
+            "parallel": parallel,
+            "speedup": round(serial["wall_s"] / parallel["wall_s"], 2),
+        }
+        print(f"{lab}: {out['labs'][lab]}", file=sys.stderr, flush=True)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
