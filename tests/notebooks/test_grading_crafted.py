@@ -5,6 +5,7 @@ and a second run resumes without grading anything again."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from lab_utils import grading
 from lab_utils.grading import batch
+from lab_utils.grading.sandbox import MARKER
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import crafted  # noqa: E402
@@ -53,11 +55,16 @@ def graded(tmp_path_factory):
 
 
 def _left_running() -> list[str]:
+    """Processes of this test's sandboxes (their LAB_SANDBOX marker names this process)."""
+    mine = f"-{os.getpid()}"
     found = []
-    for p in psutil.process_iter(["pid", "cmdline", "environ"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if "sleep 100000" in cmd or "tf.distribute.Server" in cmd or "lab_utils.grading.worker" in cmd:
-            found.append(f"{p.pid}: {cmd[:120]}")
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            marker = p.environ().get(MARKER, "")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if marker.endswith(mine):
+            found.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:120]}")
     return found
 
 
@@ -94,7 +101,7 @@ def test_flags_name_what_happened(graded):
 def test_nothing_is_left_running_and_the_course_holds_every_result(graded):
     root, _, results = graded
     assert _left_running() == []
-    assert not [d for d in Path("/sys/fs/cgroup/pids").glob("labgrade-*")]  # cgroups removed
+    assert not list(Path("/sys/fs/cgroup/pids").glob(f"labgrade-*-{os.getpid()}"))  # its cgroups removed
     for student in results:
         assert (root / "autograded" / student / LAB / f"{LAB}.ipynb").is_file()
         assert list((root / "feedback" / student / LAB).glob("*.html"))
