@@ -104,13 +104,13 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _merge(root: Path, worker_db: Path, lab: str, student: str, course_id: str) -> None:
+def _merge(db_url: str, worker_db: Path, lab: str, student: str, course_id: str) -> None:
     """Copy the worker's grades and comments of ``student``/``lab`` into the course gradebook."""
     from nbgrader.api import Gradebook
 
     with (
         Gradebook(f"sqlite:///{worker_db}", course_id) as src,
-        Gradebook(course.course_api(root).coursedir.db_url, course_id) as dst,
+        Gradebook(db_url, course_id) as dst,
     ):
         graded = src.find_submission(lab, student)
         dst.update_or_create_student(student)
@@ -144,7 +144,8 @@ class _Batch:
         self.timing_lock = self.work / "timing.lock"
         self.timing_lock.touch()
         self.timing_lock.chmod(0o644)
-        self.course_id = course.course_api(root).coursedir.course_id
+        coursedir = course.course_api(root).coursedir
+        self.course_id, self.db_url = coursedir.course_id, coursedir.db_url
         self.provenance = {
             "host": platform.node(),
             "python": platform.python_version(),
@@ -249,7 +250,7 @@ class _Batch:
 
     def _install(self, result: dict, student: str, lab: str) -> None:
         """Merge into the course: gradebook, submitted/, autograded/, feedback/ (under self.lock)."""
-        _merge(self.root, Path(result["db"]), lab, student, self.course_id)
+        _merge(self.db_url, Path(result["db"]), lab, student, self.course_id)
         _replace_tree(self.submissions / student / lab, self.root / "submitted" / student / lab)
         _replace_tree(Path(result["autograded"]), self.root / "autograded" / student / lab)
         if Path(result["feedback"]).is_dir():
@@ -271,8 +272,8 @@ def _prepare(root: Path, labs: list[str]) -> None:
     """The course's gradebook knows every lab, and its reference scripts are extracted."""
     from nbgrader.api import Gradebook, MissingEntry
 
+    api = course.course_api(root)
     for lab in labs:
-        api = course.course_api(root)
         with Gradebook(api.coursedir.db_url) as gb:
             try:
                 gb.find_assignment(lab)

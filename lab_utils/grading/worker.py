@@ -155,14 +155,13 @@ def grade(spec: dict) -> dict:
         (box / "home").mkdir(mode=0o700, exist_ok=True)
         kernel_env["JUPYTER_PATH"] = str(_kernelspec(box, spec["uid"]))
     os.environ.update(kernel_env)
-    api = course.course_api(root)
+    record = box / "execution.json"
+    api = course.course_api(root, extra=_config(spec, box, record))
     course.check(api.generate_assignment(lab, force=True, create=True), f"generate_assignment {lab}")
     submitted = root / "submitted" / student / lab / f"{lab}.ipynb"
     released = root / "release" / lab / f"{lab}.ipynb"
     restored = changed_cells(submitted, released)
     restore_deleted(submitted, released)
-    record = box / "execution.json"
-    api = course.course_api(root, extra=_config(spec, box, record))
     t_exec = time.monotonic()
     outcome = api.autograde(lab, student, force=True, create=True)
     t_exec = time.monotonic() - t_exec
