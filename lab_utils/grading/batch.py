@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import UTC, datetime
 from importlib import metadata
@@ -107,11 +108,16 @@ def _write_json(path: Path, data: dict) -> None:
 def _merge(db_url: str, worker_db: Path, lab: str, student: str, course_id: str) -> None:
     """Copy the worker's grades and comments of ``student``/``lab`` into the course gradebook."""
     from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
 
     with (
+        warnings.catch_warnings(),
         Gradebook(f"sqlite:///{worker_db}", course_id) as src,
         Gradebook(db_url, course_id) as dst,
     ):
+        # nbgrader 0.9's add_submission builds the submission's notebooks and grades
+        # before adding it to the session; SQLAlchemy 2 warns, then adds them all with it
+        warnings.filterwarnings("ignore", message=r"Object of type <Submitted\w+> not in session", category=SAWarning)
         graded = src.find_submission(lab, student)
         dst.update_or_create_student(student)
         dst.update_or_create_submission(lab, student, timestamp=graded.timestamp)
@@ -153,6 +159,19 @@ class _Batch:
             "lab_utils_commit": _git_commit(),
         }
 
+    def make_templates(self, labs: list[str]) -> None:
+        """One generated course per lab (config, source, release, a gradebook that knows
+        only the assignment) that every worker copies instead of generating its own."""
+        self.templates = {}
+        for lab in labs:
+            tpl = self.work / "template" / lab
+            tpl.mkdir(parents=True)
+            tpl.parent.chmod(0o700)  # the instructor's source and tests: root only
+            shutil.copy2(self.root / "nbgrader_config.py", tpl / "nbgrader_config.py")
+            shutil.copytree(self.root / "source" / lab, tpl / "source" / lab)
+            course.check(course.course_api(tpl).generate_assignment(lab, force=True, create=True), f"template {lab}")
+            self.templates[lab] = tpl
+
     def say(self, line: str) -> None:
         with self.lock:
             print(line, file=self.out, flush=True)
@@ -169,7 +188,6 @@ class _Batch:
     def _grade(self, student: str, lab: str, hashes: dict, slot: int) -> dict:
         settings = grading_settings(lab, self.settings_file)
         box_dir = Path(tempfile.mkdtemp(prefix=f"{slot}-", dir=self.work))
-        box_dir.chmod(0o711)
         t0 = time.monotonic()
         box = Sandbox(
             f"{slot}",
@@ -182,13 +200,18 @@ class _Batch:
         )
         with self.lock:
             self.active.add(box)
-        hide = [str(self.root), str(self.submissions), str(course.GRADING_ROOT)]
+        if box.isolated:  # this slot's kernel may traverse its box, another slot's kernel may not
+            os.chown(box_dir, 0, KERNEL_UID_BASE + slot)
+            box_dir.chmod(0o710)
+        else:
+            box_dir.chmod(0o711)
+        hide = [str(self.root), str(self.submissions), str(course.GRADING_ROOT), str(self.work / "template")]
         keras = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras")
         spec = {
             "student": student,
             "lab": lab,
             "submission": str(self.submissions / student / lab),
-            "main_root": str(self.root),
+            "template": str(self.templates[lab]),
             "box": str(box_dir),
             "result": str(box_dir / "result.json"),
             "settings": settings,
@@ -349,6 +372,11 @@ def autograde(
                 continue
         todo.append((student, lab, hashes))
     batch = _Batch(root, submissions, min(jobs, max(1, len(todo))), isolate, settings_file, out)
+    try:
+        batch.make_templates(sorted({lab for _, lab, _ in todo}))
+    except BaseException:
+        batch.cleanup()
+        raise
     box_mode = (
         "isolated (cgroup, namespaces, unprivileged kernel)"
         if isolate is not False and cgroup_support()

@@ -137,7 +137,16 @@ def compare(
         )
     print(
         "[grading-timing] "
-        + json.dumps({"student_s": stu, "reference_s": ref, "ratio": ratio, "noise": n, "claimed_work_ratio": claims})
+        + json.dumps(
+            {
+                "student_s": stu,
+                "reference_s": ref,
+                "ratio": ratio,
+                "noise": n,
+                "band": low,  # 0 = best; the higher of the two when the noise straddles an edge
+                "claimed_work_ratio": claims,
+            }
+        )
     )
     if not done:
         print(flag_line("incomplete timed run", "a timed run of the student's code did not do the whole job"))

@@ -6,7 +6,8 @@ The batch (:mod:`lab_utils.grading.batch`) writes the spec and starts this in a
 1. when isolated: brings up loopback, hides the instructor's course and the other
    submissions behind empty mounts, and shows the kernel only what it needs (the
    reference scripts, the dataset cache), read-only;
-2. builds a private course (its own gradebook) with the one lab and the one submission;
+2. copies the batch's generated course for the lab (its own gradebook) and adds the
+   one submission;
 3. notes every locked cell the submission changed or deleted (nbgrader restores them);
 4. autogrades with :class:`~lab_utils.grading.execute.SandboxExecute`, the kernel
    running as the sandbox's own uid;
@@ -94,15 +95,15 @@ def _kernelspec(box: Path, uid: int) -> Path:
 
 
 def _course(spec: dict, box: Path) -> Path:
+    """A private copy of the batch's generated course for this lab, plus the submission."""
     root = box / "course"
-    root.mkdir(mode=0o711)
-    main_root = Path(spec["main_root"])
-    shutil.copy2(main_root / "nbgrader_config.py", root / "nbgrader_config.py")
-    shutil.copytree(main_root / "source" / spec["lab"], root / "source" / spec["lab"])
+    shutil.copytree(spec["template"], root)
+    root.chmod(0o711)
     dest = root / "submitted" / spec["student"] / spec["lab"]
     shutil.copytree(spec["submission"], dest)
     for d in (root / "source", root / "submitted"):
         d.chmod(0o700)
+    (root / "gradebook.db").chmod(0o600)  # it holds the hidden tests' source; the kernel's uid must not read it
     return root
 
 
@@ -142,6 +143,13 @@ def _config(spec: dict, box: Path, record: Path):
 def grade(spec: dict) -> dict:
     """Grade the submission ``spec`` describes; returns the result (also written to spec["result"])."""
     t0 = time.monotonic()
+    phases: dict[str, float] = {}  # seconds per step: what grading costs besides running the notebook
+
+    def lap(name: str, since: float) -> float:
+        now = time.monotonic()
+        phases[name] = round(now - since, 3)
+        return now
+
     box = Path(spec["box"])
     student, lab = spec["student"], spec["lab"]
     root = _course(spec, box)  # before _isolate hides the instructor's course and the submissions
@@ -156,15 +164,15 @@ def grade(spec: dict) -> dict:
         kernel_env["JUPYTER_PATH"] = str(_kernelspec(box, spec["uid"]))
     os.environ.update(kernel_env)
     record = box / "execution.json"
+    t = lap("prepare", t0)
     api = course.course_api(root, extra=_config(spec, box, record))
-    course.check(api.generate_assignment(lab, force=True, create=True), f"generate_assignment {lab}")
     submitted = root / "submitted" / student / lab / f"{lab}.ipynb"
     released = root / "release" / lab / f"{lab}.ipynb"
     restored = changed_cells(submitted, released)
     restore_deleted(submitted, released)
-    t_exec = time.monotonic()
+    t = lap("course", t)
     outcome = api.autograde(lab, student, force=True, create=True)
-    t_exec = time.monotonic() - t_exec
+    t = lap("autograde", t)
     if not outcome.get("success"):
         detail = (outcome.get("error") or "") + (outcome.get("log") or "")
         raise RuntimeError(f"nbgrader autograde failed: {detail[-3000:]}")
@@ -177,7 +185,9 @@ def grade(spec: dict) -> dict:
             flags.append({"kind": c["status"], "detail": _event(c)})
     if any(c["status"] == "not run" for c in executed["cells"]):
         flags.append({"kind": "not run", "detail": f"the notebook's {executed['notebook_timeout']} s budget ran out"})
+    t = lap("account", t)
     course.check(api.generate_feedback(lab, student, force=True), f"generate_feedback {student}/{lab}")
+    lap("feedback", t)
     result = {
         "status": "graded",
         "student": student,
@@ -186,7 +196,7 @@ def grade(spec: dict) -> dict:
         "max_score": max_score,
         "cells": cells,
         "flags": flags,
-        "timings": {"execution_s": round(t_exec, 3), "worker_s": round(time.monotonic() - t0, 3), **executed},
+        "timings": {"worker_s": round(time.monotonic() - t0, 3), "phases": phases, **executed},
         "autograded": str(graded.parent),
         "feedback": str(root / "feedback" / student / lab),
         "db": str(root / "gradebook.db"),

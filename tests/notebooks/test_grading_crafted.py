@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import nbformat
 import psutil
 import pytest
 
@@ -34,7 +35,9 @@ EXPECTED = {
     "deleted": ([], "deleted cell"),
     "leaks": ([], "leaked process killed"),
     "forged": (["test_throughput"], "forged throughput"),
+    "snoop": ([], None),
 }
+TWIN = "twin"  # the correct submission again, under another name: graded (and timed) once more
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +53,7 @@ def graded(tmp_path_factory):
     subs = tmp / "submissions"
     for kind in [*EXPECTED, "blank"]:
         crafted.write(kind, LAB, subs, root=root)
+    crafted.write("correct", LAB, subs, student=TWIN, root=root)
     results = batch.autograde(subs, [LAB], root, jobs=2)
     return root, subs, {r["student"]: r for r in results}
 
@@ -96,6 +100,32 @@ def test_flags_name_what_happened(graded):
     assert "(sweep)" in detail["loop"]
     loop = {c["grade_id"]: c for c in results["loop"]["cells"]}
     assert loop["test_sweep"]["status"] == "error" and "NameError" in loop["test_sweep"]["reason"]
+
+
+def _outputs(root: Path, student: str) -> str:
+    nb = nbformat.read(root / "autograded" / student / LAB / f"{LAB}.ipynb", as_version=4)
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+
+
+def test_student_code_reads_no_test_no_gradebook_no_other_submission(graded):
+    root, _, results = graded
+    if not results["snoop"]["provenance"]["sandbox"].startswith("isolated"):
+        pytest.skip("not root: the process-group sandbox runs the kernel as the grader's own user")
+    printed = [line for line in _outputs(root, "snoop").splitlines() if line.startswith("SNOOPED:")]
+    assert printed == ["SNOOPED: []"], printed
+
+
+def test_two_gradings_of_one_correct_submission_give_the_same_throughput_band(graded):
+    root, _, results = graded
+
+    def timing(student):
+        line = next(x for x in _outputs(root, student).splitlines() if x.startswith("[grading-timing] "))
+        cell = next(c for c in results[student]["cells"] if c["grade_id"] == "test_throughput")
+        return json.loads(line.removeprefix("[grading-timing] ")), cell["score"]
+
+    (first, score1), (second, score2) = timing("correct"), timing(TWIN)
+    assert first["band"] == second["band"] == 0 and score1 == score2, (first, second)
+    assert first["student_s"] != second["student_s"]  # two measurements, not one result copied
 
 
 def test_nothing_is_left_running_and_the_course_holds_every_result(graded):
