@@ -49,6 +49,14 @@ c.Execute.timeout = cell_timeout(settings_file=HERE / "settings.yml")
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
 
-from lab_utils.grading.tracebacks import HideHiddenTracebacks  # noqa: E402
+from lab_utils.grading.tracebacks import HideHiddenTracebacks, HideReferenceQuotes  # noqa: E402
 
-c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTracebacks, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+# Sandboxed grading shows the kernel the reference scripts (grading/reference/), which the
+# throughput tests run; an output that quotes one is cut from the feedback (HideReferenceQuotes).
+c.GenerateFeedback.preprocessors = [
+    GetGrades,
+    HideHiddenTracebacks,
+    HideReferenceQuotes,
+    ClearHiddenTests,
+    CSSHTMLHeaderPreprocessor,
+]

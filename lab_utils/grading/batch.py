@@ -161,12 +161,15 @@ class _Batch:
 
     def make_templates(self, labs: list[str]) -> None:
         """One generated course per lab (config, source, release, a gradebook that knows
-        only the assignment) that every worker copies instead of generating its own."""
+        only the assignment) that every worker copies instead of generating its own, and
+        the reference scripts' solution lines that feedback must not quote; root only."""
         self.templates = {}
+        (self.work / "template").mkdir(mode=0o700)
+        self.lines_file = self.work / "template" / "solution-lines.json"  # root only, like the templates
+        self.lines_file.write_text(json.dumps(scripts.solution_lines(self.root)))
         for lab in labs:
             tpl = self.work / "template" / lab
-            tpl.mkdir(parents=True)
-            tpl.parent.chmod(0o700)  # the instructor's source and tests: root only
+            tpl.mkdir()
             shutil.copy2(self.root / "nbgrader_config.py", tpl / "nbgrader_config.py")
             shutil.copytree(self.root / "source" / lab, tpl / "source" / lab)
             course.check(course.course_api(tpl).generate_assignment(lab, force=True, create=True), f"template {lab}")
@@ -212,6 +215,7 @@ class _Batch:
             "lab": lab,
             "submission": str(self.submissions / student / lab),
             "template": str(self.templates[lab]),
+            "solution_lines": str(self.lines_file),
             "box": str(box_dir),
             "result": str(box_dir / "result.json"),
             "settings": settings,

@@ -27,6 +27,7 @@ __all__ = [
     "REFERENCE_DIR",
     "SANDBOX_REFERENCE_ENV",
     "writefile_scripts",
+    "solution_lines",
     "reference_script",
     "extract_references",
     "find_lab_script",
@@ -72,6 +73,26 @@ def writefile_scripts(notebook: Path | str) -> dict[str, str]:
             kept += "\n"  # IPython's %%writefile ends the file with a newline
         scripts[names[0]] = (scripts.get(names[0], "") if append else "") + kept
     return scripts
+
+
+def solution_lines(root: Path | str = GRADING_ROOT, min_chars: int = 30) -> list[str]:
+    """The stripped lines (``min_chars`` or longer) inside the solution regions of every
+    ``%%writefile`` cell of the instructor notebooks: what a reference script holds and
+    the student release does not."""
+    found: set[str] = set()
+    for notebook in sorted(Path(root).glob("source/*/*.ipynb")):
+        for cell in _cells(notebook):
+            src = _source(cell)
+            if cell.get("cell_type") != "code" or not src.startswith("%%writefile"):
+                continue
+            inside = False
+            for line in src.splitlines():
+                s = line.strip()
+                if s in _MARKERS:
+                    inside = s == _MARKERS[0]
+                elif inside and len(s) >= min_chars:
+                    found.add(s)
+    return sorted(found)
 
 
 def _write_if_changed(path: Path, text: str) -> None:

@@ -26,8 +26,11 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
+
 from lab_utils.grading import course
 from lab_utils.grading.accounting import account, changed_cells, flags_in_outputs, restore_deleted
+from lab_utils.grading.tracebacks import reference_quotes
 
 __all__ = ["main", "grade"]
 
@@ -107,7 +110,7 @@ def _course(spec: dict, box: Path) -> Path:
     return root
 
 
-def _config(spec: dict, box: Path, record: Path):
+def _config(spec: dict, box: Path, record: Path, lines_file: Path):
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import (
         AssignLatePenalties,
@@ -137,6 +140,7 @@ def _config(spec: dict, box: Path, record: Path):
     c.SandboxExecute.record_file = str(record)
     if spec.get("uid"):
         c.SandboxExecute.kernel_name = "lab-sandbox"
+    c.HideReferenceQuotes.lines_file = str(lines_file)
     return c
 
 
@@ -153,6 +157,9 @@ def grade(spec: dict) -> dict:
     box = Path(spec["box"])
     student, lab = spec["student"], spec["lab"]
     root = _course(spec, box)  # before _isolate hides the instructor's course and the submissions
+    lines_file = box / "solution-lines.json"  # the reference scripts' solutions, kept from the kernel (0600)
+    shutil.copy2(spec["solution_lines"], lines_file)
+    lines_file.chmod(0o600)
     kernel_env = _isolate(spec, box) if spec.get("isolated") else {}
     if spec.get("reference_dir") and "LAB_GRADING_REFERENCE_DIR" not in kernel_env:
         kernel_env["LAB_GRADING_REFERENCE_DIR"] = spec["reference_dir"]
@@ -165,7 +172,7 @@ def grade(spec: dict) -> dict:
     os.environ.update(kernel_env)
     record = box / "execution.json"
     t = lap("prepare", t0)
-    api = course.course_api(root, extra=_config(spec, box, record))
+    api = course.course_api(root, extra=_config(spec, box, record, lines_file))
     submitted = root / "submitted" / student / lab / f"{lab}.ipynb"
     released = root / "release" / lab / f"{lab}.ipynb"
     restored = changed_cells(submitted, released)
@@ -180,6 +187,11 @@ def grade(spec: dict) -> dict:
     executed = json.loads(record.read_text()) if record.is_file() else {"cells": []}
     cells, score, max_score = account(root, lab, student, graded, executed)
     flags = restored + flags_in_outputs(graded)
+    solution = set(json.loads(lines_file.read_text()))
+    quoted = reference_quotes(nbformat.read(graded, as_version=4), solution)
+    if quoted:
+        where = ", ".join(f"cell {i}" for i in quoted)
+        flags.append({"kind": "quoted reference", "detail": f"{where} printed the reference script (not in feedback)"})
     for c in executed["cells"]:
         if c["status"] in ("timed out", "kernel died"):
             flags.append({"kind": c["status"], "detail": _event(c)})

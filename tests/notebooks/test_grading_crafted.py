@@ -4,6 +4,7 @@ and a second run resumes without grading anything again."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
@@ -15,8 +16,9 @@ import psutil
 import pytest
 
 from lab_utils import grading
-from lab_utils.grading import batch
+from lab_utils.grading import batch, scripts
 from lab_utils.grading.sandbox import MARKER
+from lab_utils.grading.tracebacks import QUOTE_NOTICE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import crafted  # noqa: E402
@@ -35,7 +37,7 @@ EXPECTED = {
     "deleted": ([], "deleted cell"),
     "leaks": ([], "leaked process killed"),
     "forged": (["test_throughput"], "forged throughput"),
-    "snoop": ([], None),
+    "snoop": ([], "quoted reference"),
 }
 TWIN = "twin"  # the correct submission again, under another name: graded (and timed) once more
 
@@ -108,11 +110,18 @@ def _outputs(root: Path, student: str) -> str:
 
 
 def test_student_code_reads_no_test_no_gradebook_no_other_submission(graded):
-    root, _, results = graded
+    root, subs, results = graded
     if not results["snoop"]["provenance"]["sandbox"].startswith("isolated"):
         pytest.skip("not root: the process-group sandbox runs the kernel as the grader's own user")
     printed = [line for line in _outputs(root, "snoop").splitlines() if line.startswith("SNOOPED:")]
     assert printed == ["SNOOPED: []"], printed
+    # it could print the reference scripts (the throughput tests run them): its feedback does not show them
+    own = (subs / "snoop" / LAB / f"{LAB}.ipynb").read_text()  # its own solutions are in its feedback, rightly
+    solution = [line for line in scripts.solution_lines(root) if json.dumps(line)[1:-1] not in own]
+    assert sum(line in _outputs(root, "snoop") for line in solution) >= 3  # the autograded copy keeps the evidence
+    feedback = html.unescape(next((root / "feedback" / "snoop" / LAB).glob("*.html")).read_text())
+    assert not [line for line in solution if line in feedback]
+    assert QUOTE_NOTICE.strip() in feedback
 
 
 def test_two_gradings_of_one_correct_submission_give_the_same_throughput_band(graded):

@@ -80,3 +80,43 @@ def test_the_module_does_not_shadow_the_course_feedback_function():
     import lab_utils.grading.tracebacks  # noqa: F401
 
     assert callable(lab_utils.grading.feedback)
+
+
+def test_solution_lines_are_the_writefile_solutions_only(tmp_path):
+    from nbformat import write
+
+    from lab_utils.grading.scripts import solution_lines
+
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "%%writefile train.py\nimport argparse  # given to students, long enough to count\n"
+                "### BEGIN SOLUTION\nloss = tf.reduce_mean(cross_entropy(labels, logits))\nx = 1\n"
+                "### END SOLUTION\n"
+            ),
+            new_code_cell("### BEGIN SOLUTION\nanswer = compute_the_answer_somewhere(42, 43)\n### END SOLUTION\n"),
+        ]
+    )
+    (tmp_path / "source" / "07_x").mkdir(parents=True)
+    write(nb, tmp_path / "source" / "07_x" / "07_x.ipynb")
+    assert solution_lines(tmp_path) == ["loss = tf.reduce_mean(cross_entropy(labels, logits))"]
+
+
+def test_an_output_quoting_the_reference_is_cut_from_feedback(tmp_path):
+    from lab_utils.grading.tracebacks import QUOTE_NOTICE, HideReferenceQuotes, reference_quotes
+
+    lines = [f"line_{i} = some_long_function_name(argument_{i})" for i in range(4)]
+    quoting = new_code_cell("print(open(ref).read())")
+    quoting.outputs = [new_output("stream", name="stdout", text="\n".join(["# header", *lines]) + "\n")]
+    once = new_code_cell("print(x)")  # one line of it, e.g. the student's own equal line: not a quote
+    once.outputs = [new_output("execute_result", data={"text/plain": lines[0]}, execution_count=1)]
+    nb = new_notebook(cells=[once, quoting])
+    assert reference_quotes(nb, set(lines)) == [1]
+    (tmp_path / "lines.json").write_text(json.dumps(lines))
+    nb, _ = HideReferenceQuotes(lines_file=str(tmp_path / "lines.json")).preprocess(nb, {})
+    assert nb.cells[1].outputs[0]["text"] == QUOTE_NOTICE
+    assert nb.cells[0].outputs[0]["data"]["text/plain"] == lines[0]
+    fresh = new_code_cell("print(open(ref).read())")
+    fresh.outputs = [new_output("stream", name="stdout", text="\n".join(lines))]
+    untouched, _ = HideReferenceQuotes().preprocess(new_notebook(cells=[fresh]), {})  # no lines file: no-op
+    assert untouched.cells[0].outputs[0]["text"] == "\n".join(lines)
