@@ -162,3 +162,35 @@ def test_a_second_run_resumes_and_a_changed_submission_is_graded_again(graded):
     assert sum(c["score"] for c in again["partly"]["cells"]) == sum(crafted.test_points(LAB, root).values())
     for student in set(results) - {"partly"}:  # unchanged: not graded again
         assert again[student]["provenance"]["graded_at"] == results[student]["provenance"]["graded_at"]
+
+
+@pytest.fixture(scope="module")
+def patchy(tmp_path_factory):
+    """Labs 2-4 handed in half done: the kernel killed early, one exercise looping."""
+    tmp = tmp_path_factory.mktemp("patchy")
+    root = tmp / "grading"
+    root.mkdir()
+    shutil.copy2(REPO / "grading" / "nbgrader_config.py", root)
+    (root / "settings.yml").write_text("defaults:\n  cell_timeout: 30\n  interrupt_grace: 10\n")
+    shutil.copytree(REPO / "grading" / "source", root / "source")
+    labs = sorted(crafted.PATCHY)
+    grading.release(labs, root, labs_dir=None)
+    subs = tmp / "submissions"
+    for lab in labs:
+        crafted.write("patchy", lab, subs, root=root)
+    return root, {r["lab"]: r for r in batch.autograde(subs, labs, root, jobs=2)}
+
+
+@pytest.mark.parametrize("lab", sorted(crafted.PATCHY))
+def test_a_dead_kernel_or_a_loop_costs_only_what_depends_on_it(patchy, lab):
+    root, results = patchy
+    r, plan = results[lab], crafted.PATCHY[lab]
+    assert r["status"] == "graded", (r.get("reason"), r.get("log_tail"))
+    points = crafted.test_points(lab, root)
+    statuses = {c["grade_id"]: c["status"] for c in r["cells"]}
+    assert set(statuses) == set(points)
+    assert sorted(g for g, s in statuses.items() if s == "passed") == sorted(plan["passes"]), statuses
+    assert r["score"] == sum(points[g] for g in plan["passes"]), r["cells"]
+    kinds = {f["kind"] for f in r["flags"]}
+    assert kinds == {"kernel died", *(["timed out"] if plan["loop"] else [])}, r["flags"]
+    assert _left_running() == []
