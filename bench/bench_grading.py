@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import io
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -35,13 +34,7 @@ PHASES = ("prepare", "course", "autograde", "account", "feedback")
 
 
 def _course(tmp: Path, lab: str, n: int) -> tuple[Path, Path]:
-    root = tmp / "grading"
-    root.mkdir()
-    shutil.copy2(REPO / "grading" / "nbgrader_config.py", root)
-    shutil.copy2(REPO / "grading" / "settings.yml", root)
-    shutil.copytree(REPO / "grading" / "source", root / "source")
-    grading.release([lab], root, labs_dir=None)
-    subs = tmp / "submissions"
+    root, subs = crafted.course(tmp, [lab], (REPO / "grading" / "settings.yml").read_text())
     for i in range(n):
         crafted.write("correct", lab, subs, student=f"student{i:02d}", root=root)
     return root, subs

@@ -7,7 +7,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -44,15 +43,9 @@ TWIN = "twin"  # the correct submission again, under another name: graded (and t
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("crafted")
-    root = tmp / "grading"
-    root.mkdir()
-    shutil.copy2(REPO / "grading" / "nbgrader_config.py", root)
     # a short cell timeout, so that the endless loop costs 40 s, not 300
-    (root / "settings.yml").write_text("defaults:\n  cell_timeout: 40\n  interrupt_grace: 10\n")
-    shutil.copytree(REPO / "grading" / "source", root / "source")
-    grading.release([LAB], root, labs_dir=None)
-    subs = tmp / "submissions"
+    settings = "defaults:\n  cell_timeout: 40\n  interrupt_grace: 10\n"
+    root, subs = crafted.course(tmp_path_factory.mktemp("crafted"), [LAB], settings)
     for kind in [*EXPECTED, "blank"]:
         crafted.write(kind, LAB, subs, root=root)
     crafted.write("correct", LAB, subs, student=TWIN, root=root)
@@ -167,15 +160,9 @@ def test_a_second_run_resumes_and_a_changed_submission_is_graded_again(graded):
 @pytest.fixture(scope="module")
 def patchy(tmp_path_factory):
     """Labs 2-4 handed in half done: the kernel killed early, one exercise looping."""
-    tmp = tmp_path_factory.mktemp("patchy")
-    root = tmp / "grading"
-    root.mkdir()
-    shutil.copy2(REPO / "grading" / "nbgrader_config.py", root)
-    (root / "settings.yml").write_text("defaults:\n  cell_timeout: 30\n  interrupt_grace: 10\n")
-    shutil.copytree(REPO / "grading" / "source", root / "source")
     labs = sorted(crafted.PATCHY)
-    grading.release(labs, root, labs_dir=None)
-    subs = tmp / "submissions"
+    settings = "defaults:\n  cell_timeout: 30\n  interrupt_grace: 10\n"
+    root, subs = crafted.course(tmp_path_factory.mktemp("patchy"), labs, settings)
     for lab in labs:
         crafted.write("patchy", lab, subs, root=root)
     return root, {r["lab"]: r for r in batch.autograde(subs, labs, root, jobs=2)}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -151,12 +150,7 @@ def course(lab, tmp_path_factory):
     test cell emptied, another deleted, a process and a TF server left running, the
     kernel killed (cheap on a blank notebook, so every lab's grading meets them)."""
     tmp = tmp_path_factory.mktemp(f"course-{lab}")
-    root = tmp / "grading"
-    root.mkdir()
-    shutil.copy2(REPO / "grading" / "nbgrader_config.py", root)
-    shutil.copytree(REPO / "grading" / "source", root / "source")
-    grading.release([lab], root, labs_dir=None)
-    subs = tmp / "submissions"
+    root, subs = crafted.course(tmp, [lab])
     crafted.write("correct", lab, subs, student="solution", root=root)
     crafted.write("vandal", lab, subs, student="blank", root=root)
     scores = grading.autograde(subs, [lab], root)
