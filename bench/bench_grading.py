@@ -1,12 +1,19 @@
-"""Autograde N correct submissions of a lab serially (1 sandbox at a time) and in
-parallel (one per core), in one run; JSON out.
+"""Autograde N correct submissions of a lab three ways in one run; JSON out.
 
     python bench/bench_grading.py [--labs 01,02] [--n 10] [--out bench-grading.json]
 
-Reports per lab: wall time of each batch, the speedup, and the share of each batch's
-wall time (times its sandboxes) not spent executing notebooks: the grading overhead
-(the batch's course template, sandbox start and sweep, the worker's private course,
-nbgrader's sanitising, merging, feedback), with the mean time of each worker phase.
+- ``plain``: one notebook at a time, each sandbox from its start to its end before the
+  next one starts (no pipeline: what grading cost before the gate);
+- ``serial``: one notebook executing at a time, the next sandbox prepared meanwhile and
+  the last one finishing meanwhile (the pipeline, ``make autograde JOBS=1``);
+- ``parallel``: one notebook executing per core, pipelined (``make autograde``).
+
+Reports per lab: wall time of each batch, the speedups, and the share of each batch's
+wall time (times its execution turns) not spent executing notebooks: the grading
+overhead (the batch's course template, sandbox start and sweep, the worker's private
+course, nbgrader's sanitising, merging, feedback), with the mean time of each worker
+phase. Pipelined, much of it runs while a notebook executes, so it only counts where
+it delays one; the CPU it costs shows in ``busy_cores``.
 """
 
 from __future__ import annotations
@@ -45,12 +52,12 @@ def _busy_s() -> float:
     return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
-def _grade(lab: str, n: int, jobs: int) -> dict:
+def _grade(lab: str, n: int, jobs: int, pipeline: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         root, subs = _course(Path(tmp), lab, n)
         t0, cpu0 = time.monotonic(), _busy_s()
         with contextlib.redirect_stdout(io.StringIO()):
-            results = batch.autograde(subs, [lab], root, jobs=jobs, resume=False, out=sys.stderr)  # progress
+            results = batch.autograde(subs, [lab], root, jobs=jobs, resume=False, out=sys.stderr, pipeline=pipeline)
         wall, busy = time.monotonic() - t0, _busy_s() - cpu0
     graded = [r for r in results if r["status"] == "graded"]
     executing = sum(r["timings"]["execution_s"] for r in graded)
@@ -59,6 +66,7 @@ def _grade(lab: str, n: int, jobs: int) -> dict:
     )
     return {
         "jobs": jobs,
+        "pipeline": pipeline,
         "wall_s": round(wall, 1),
         "graded": len(graded),
         "scores": sorted({r["score"] for r in graded}),
@@ -66,9 +74,11 @@ def _grade(lab: str, n: int, jobs: int) -> dict:
         "flags": sorted({f["kind"] for r in results for f in r["flags"]}),
         # executing: the notebook in its kernel (kernel start included), as SandboxExecute timed it
         "executing_s": round(executing, 1),
+        "mean_executing_s": round(executing / max(1, len(graded)), 2),
         # overhead: the batch's wall time not spent executing a notebook, over the batch's wall time x jobs
         "overhead_share": round(1 - executing / (wall * jobs), 3),
-        "mean_phases_s": phases,  # inside the worker; "autograde" holds the execution
+        # inside the worker; "autograde" holds the execution and, pipelined, the wait for its turn
+        "mean_phases_s": phases,
         # the machine's CPU seconds per wall second: a serial batch already near the core count
         # leaves a parallel one nothing to gain
         "busy_cores": round(busy / wall, 2),
@@ -84,14 +94,18 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     out = {"n": args.n, "cores": batch.usable_cores(), "labs": {}}
     for lab in grading.resolve_labs(args.labs.split(","), grading.source_labs()):
+        plain = _grade(lab, args.n, 1, pipeline=False)
         serial = _grade(lab, args.n, 1)
         parallel = _grade(lab, args.n, out["cores"])
         out["labs"][lab] = {
+            "plain": plain,
             "serial": serial,
             "parallel": parallel,
-            "speedup": round(serial["wall_s"] / parallel["wall_s"], 2),
-            # the most a parallel batch could gain: the cores over what the serial batch kept busy
-            "speedup_ceiling": round(out["cores"] / serial["busy_cores"], 2),
+            "pipeline_gain": round(plain["wall_s"] / serial["wall_s"], 2),  # same jobs, with and without
+            "speedup": round(serial["wall_s"] / parallel["wall_s"], 2),  # parallel over serial, both pipelined
+            "speedup_over_plain": round(plain["wall_s"] / parallel["wall_s"], 2),
+            # the most a parallel batch could gain: the cores over what one notebook at a time keeps busy
+            "speedup_ceiling": round(out["cores"] / plain["busy_cores"], 2),
         }
         print(f"{lab}: {out['labs'][lab]}", file=sys.stderr, flush=True)
     text = json.dumps(out, indent=1)

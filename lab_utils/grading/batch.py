@@ -7,7 +7,10 @@
 
 Each submission is graded by :mod:`lab_utils.grading.worker` in a
 :class:`~lab_utils.grading.sandbox.Sandbox` with the lab's limits from
-``grading/settings.yml``, in a private course of its own; the batch then merges
+``grading/settings.yml``, in a private course of its own. ``jobs`` notebooks
+execute at once; the next sandbox prepares meanwhile and starts its kernel on its
+turn, and finished ones write their feedback while the next ones run (the
+pipes in :mod:`lab_utils.grading.gate`). The batch then merges
 the result into the course's gradebook (one writer, so no database contention),
 copies the autograded notebook and the feedback HTML into the course, and writes
 ``results/<student>/<lab>.json`` with the score, every test cell's status, the
@@ -37,7 +40,8 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-from lab_utils.grading import course, scripts
+from lab_utils.grading import course, scripts, throughput
+from lab_utils.grading.gate import EXECUTED, READY, Gate
 from lab_utils.grading.sandbox import Sandbox, SandboxError, cgroup_support
 from lab_utils.grading.settings import grading_settings
 
@@ -138,13 +142,73 @@ def _replace_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest)
 
 
+#: seconds a worker may take to get ready (its start, private course, mounts, nbgrader's bookkeeping)
+PREPARE_S = 300
+#: seconds a worker may take after its notebook (accounting, feedback)
+FINISH_S = 600
+#: seconds the batch's own work waits for another sandbox's timed job before it goes on anyway
+QUIET_S = 180
+
+
+class _Turns:
+    """``n`` turns to take and give back; once stopped, every taker gets False."""
+
+    def __init__(self, n: int):
+        self.free, self.stopped = n, False
+        self.cond = threading.Condition()
+
+    def take(self) -> bool:
+        with self.cond:
+            self.cond.wait_for(lambda: self.free > 0 or self.stopped)
+            if self.stopped:
+                return False
+            self.free -= 1
+            return True
+
+    def give(self) -> None:
+        with self.cond:
+            self.free += 1
+            self.cond.notify()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+
+class _Admission:
+    """One submission's hold on the batch's ``admitted`` turns, given back once."""
+
+    def __init__(self, turns: _Turns):
+        self.turns, self.held = turns, turns.take()
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.turns.give()
+
+
+class _Stopped(Exception):
+    """The batch was interrupted before this submission's turn."""
+
+
 class _Batch:
-    def __init__(self, root: Path, submissions: Path, jobs: int, isolate: bool | None, settings_file, out):
+    """``jobs`` notebooks execute at once. One more sandbox prepares meanwhile and waits
+    for its turn at the gate (:mod:`lab_utils.grading.gate`), and finished ones write
+    their feedback and are merged while the next notebooks run: what grading costs
+    besides executing notebooks hides behind them."""
+
+    def __init__(self, root: Path, submissions: Path, jobs: int, isolate: bool | None, settings_file, out, pipeline):
         self.root, self.submissions, self.jobs, self.isolate = root, submissions, jobs, isolate
-        self.settings_file, self.out = settings_file, out
+        self.settings_file, self.out, self.pipeline = settings_file, out, pipeline
         self.lock = threading.Lock()
         self.active: set[Sandbox] = set()
-        self.slots = list(range(jobs))
+        self.executing = _Turns(jobs)  # notebooks executing
+        # pipeline: sandboxes preparing or executing, one ready ahead (and up to `jobs` finishing);
+        # without: a sandbox holds its turn from its start to its end
+        self.admitted = _Turns(jobs + 1 if pipeline else jobs)
+        self.threads = 2 * jobs + 1 if pipeline else jobs
+        self.slots = list(range(self.threads))
         self.work = Path(tempfile.mkdtemp(prefix="labgrade-"))
         self.work.chmod(0o711)
         self.timing_lock = self.work / "timing.lock"
@@ -179,19 +243,25 @@ class _Batch:
         with self.lock:
             print(line, file=self.out, flush=True)
 
+    def quiet(self):
+        """The batch's own work waits while another sandbox times a job (bounded)."""
+        return throughput.timing_lock(self.timing_lock, shared=True, timeout=QUIET_S)
+
     def grade(self, student: str, lab: str, hashes: dict) -> dict:
+        admission = _Admission(self.admitted)
+        if not admission.held:
+            raise _Stopped(f"{student}/{lab}")
         with self.lock:
             slot = self.slots.pop()
         try:
-            return self._grade(student, lab, hashes, slot)
+            return self._grade(student, lab, hashes, slot, admission)
         finally:
+            admission.release()
             with self.lock:
                 self.slots.append(slot)
 
-    def _grade(self, student: str, lab: str, hashes: dict, slot: int) -> dict:
-        settings = grading_settings(lab, self.settings_file)
+    def _open(self, slot: int, settings: dict) -> tuple[Sandbox, Path]:
         box_dir = Path(tempfile.mkdtemp(prefix=f"{slot}-", dir=self.work))
-        t0 = time.monotonic()
         box = Sandbox(
             f"{slot}",
             memory_mb=settings["memory_mb"],
@@ -201,16 +271,17 @@ class _Batch:
             cpu_seconds=int(settings["notebook_timeout"] * settings["cpus"]) + 600,
             isolate=self.isolate,
         )
-        with self.lock:
-            self.active.add(box)
         if box.isolated:  # this slot's kernel may traverse its box, another slot's kernel may not
             os.chown(box_dir, 0, KERNEL_UID_BASE + slot)
             box_dir.chmod(0o710)
         else:
             box_dir.chmod(0o711)
+        return box, box_dir
+
+    def _spec(self, student: str, lab: str, slot: int, box: Sandbox, box_dir: Path, settings: dict) -> dict:
         hide = [str(self.root), str(self.submissions), str(course.GRADING_ROOT), str(self.work / "template")]
         keras = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras")
-        spec = {
+        return {
             "student": student,
             "lab": lab,
             "submission": str(self.submissions / student / lab),
@@ -227,30 +298,65 @@ class _Batch:
             "keras_home": str(keras) if keras.is_dir() else None,
             "timing_lock": str(self.timing_lock),
         }
-        (box_dir / "spec.json").write_text(json.dumps(spec, indent=1))
-        log = box_dir / "worker.log"
+
+    def _run(self, box: Sandbox, box_dir: Path, gate: Gate, settings: dict, admission: _Admission) -> str | None:
+        """Prepare, wait for a turn, execute, finish: None, or what went wrong."""
+        argv = [sys.executable, "-m", "lab_utils.grading.worker", str(box_dir / "spec.json")]
         try:
-            box.start(
-                [sys.executable, "-m", "lab_utils.grading.worker", str(box_dir / "spec.json")], log=log, cwd=box_dir
-            )
-            limit = settings["notebook_timeout"] + settings["cell_timeout"] + 600
-            rc = box.wait(timeout=limit)
+            with self.quiet():
+                box.start(argv, log=box_dir / "worker.log", cwd=box_dir, pass_fds=gate.worker_fds)
+                gate.started()
+                ready = gate.wait_for(READY, PREPARE_S)
+            if ready is None:
+                box.kill()
+                return f"the grading worker was not ready within {PREPARE_S} s"
+            if ready and self.executing.take():
+                # the notebook's own budget, a cell past it, interrupts, restarts: then it is ours
+                limit = settings["notebook_timeout"] + settings["cell_timeout"] + 2 * settings["interrupt_grace"] + 300
+                try:
+                    done = gate.wait_for(EXECUTED, limit) if gate.go() else False
+                finally:
+                    self.executing.give()
+                if done is None:
+                    box.kill()
+                    return f"the notebook ran past {limit} s"
+        finally:
+            if self.pipeline:  # the next sandbox may prepare while this one finishes
+                admission.release()
+        with self.quiet():
+            rc = box.wait(timeout=FINISH_S)
+        if rc is None:
+            return f"the grading worker ran past {FINISH_S} s after its notebook"
+        return None if rc == 0 else f"the grading worker exited {rc}"
+
+    def _grade(self, student: str, lab: str, hashes: dict, slot: int, admission: _Admission) -> dict:
+        settings = grading_settings(lab, self.settings_file)
+        t0 = time.monotonic()
+        box, box_dir = self._open(slot, settings)
+        with self.lock:
+            self.active.add(box)
+        gate = Gate()
+        try:
+            spec = {**self._spec(student, lab, slot, box, box_dir, settings), "gate": gate.worker_spec()}
+            (box_dir / "spec.json").write_text(json.dumps(spec, indent=1))
+            failure = self._run(box, box_dir, gate, settings, admission)
             leaked = box.sweep()
         finally:
+            gate.close()
             box.close()
             with self.lock:
                 self.active.discard(box)
         result_file = box_dir / "result.json"
-        if rc == 0 and result_file.is_file():
+        if failure is None and result_file.is_file():
             result = json.loads(result_file.read_text())
         else:
+            log = box_dir / "worker.log"
             tail = log.read_text(errors="replace").splitlines()[-40:] if log.is_file() else []
-            why = f"the grading worker ran past {limit} s" if rc is None else f"the grading worker exited {rc}"
             result = {
                 "status": "infrastructure error",
                 "student": student,
                 "lab": lab,
-                "reason": why,
+                "reason": failure or "the grading worker wrote no result",
                 "log_tail": tail,
                 "score": None,
                 "max_score": None,
@@ -271,7 +377,8 @@ class _Batch:
         with self.lock:
             if result["status"] == "graded":
                 self._install(result, student, lab)
-            _write_json(results_dir(self.root) / student / f"{lab}.json", result)
+            if result["status"] == "graded" or not self.executing.stopped:  # an interrupted one is graded next time
+                _write_json(results_dir(self.root) / student / f"{lab}.json", result)
         shutil.rmtree(box_dir, ignore_errors=True)
         return result
 
@@ -286,10 +393,13 @@ class _Batch:
             result.pop(key, None)
 
     def stop(self) -> None:
+        """No new turns; every running sandbox killed (its worker's pipes then read as closed)."""
+        self.admitted.stop()
+        self.executing.stop()
         with self.lock:
             boxes = list(self.active)
         for box in boxes:
-            box.close()
+            box.kill()
 
     def cleanup(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
@@ -347,9 +457,12 @@ def autograde(
     isolate: bool | None = None,
     settings_file: Path | str | None = None,
     out=sys.stdout,
+    pipeline: bool = True,
 ) -> list[dict]:
     """Grade ``submissions/<student>/<lab>/`` for ``labs`` (all by default); returns
-    every result (graded now, or earlier and unchanged when ``resume``)."""
+    every result (graded now, or earlier and unchanged when ``resume``). ``jobs``
+    notebooks execute at once (default: one per usable core); with ``pipeline`` the
+    next sandbox prepares, and finished ones write their feedback, meanwhile."""
     root, submissions = Path(root).resolve(), Path(submissions).resolve()
     if settings_file is None and (root / "settings.yml").is_file():
         settings_file = root / "settings.yml"  # the course's own settings (grading/settings.yml in this repository)
@@ -375,7 +488,7 @@ def autograde(
                 results.append(old)
                 continue
         todo.append((student, lab, hashes))
-    batch = _Batch(root, submissions, min(jobs, max(1, len(todo))), isolate, settings_file, out)
+    batch = _Batch(root, submissions, min(jobs, max(1, len(todo))), isolate, settings_file, out, pipeline)
     try:
         batch.make_templates(sorted({lab for _, lab, _ in todo}))
     except BaseException:
@@ -388,22 +501,24 @@ def autograde(
     )
     batch.say(
         f"autograde: {len(todo)} to grade, {len(results)} unchanged since their last grading; "
-        f"{batch.jobs} at a time; sandbox: {box_mode}"
+        f"{batch.jobs} executing at a time{', the next one prepared meanwhile' if pipeline else ''}; "
+        f"sandbox: {box_mode}"
     )
     t0 = time.monotonic()
+    pool = ThreadPoolExecutor(max_workers=batch.threads)
     try:
-        with ThreadPoolExecutor(max_workers=batch.jobs) as pool:
-            futures = {pool.submit(batch.grade, s, lab, h): (s, lab) for s, lab, h in todo}
-            for n, fut in enumerate(as_completed(futures), 1):
-                student, lab = futures[fut]
-                result = fut.result()
-                results.append(result)
-                batch.say(f"[{n}/{len(todo)} {time.monotonic() - t0:.0f} s] {student}/{lab}: {_line(result)}")
+        futures = {pool.submit(batch.grade, s, lab, h): (s, lab) for s, lab, h in todo}
+        for n, fut in enumerate(as_completed(futures), 1):
+            student, lab = futures[fut]
+            result = fut.result()
+            results.append(result)
+            batch.say(f"[{n}/{len(todo)} {time.monotonic() - t0:.0f} s] {student}/{lab}: {_line(result)}")
     except (KeyboardInterrupt, SandboxError):
-        batch.stop()
+        batch.stop()  # before the pool's shutdown, which waits for its threads
         batch.say("autograde interrupted: finished results are kept; run the same command again to resume")
         raise
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         batch.cleanup()
     summary(results, batch.say)
     write_csv(results, results_dir(root) / "grades.csv")

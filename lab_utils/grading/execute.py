@@ -13,7 +13,11 @@ worker, :mod:`lab_utils.grading.worker`, configures it). Over nbgrader it adds:
 - **a notebook budget** (``notebook_timeout``): cells not started by then get a
   ``NotRun`` error (nbgrader would give a test cell with no output full marks);
 - **a record** of every code cell (seconds, what happened) written as JSON to
-  ``record_file``, from which the worker accounts for every test cell.
+  ``record_file``, from which the worker accounts for every test cell;
+- **a turn** (``go_fd``, ``note_fd``: :mod:`lab_utils.grading.gate`): it tells the
+  batch it is ready, starts the kernel only when the batch says go, and tells it
+  when the kernel is shut down, so the batch can keep ``jobs`` notebooks executing
+  while other sandboxes prepare or finish.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Integer, Unicode
+
+from lab_utils.grading.gate import EXECUTED, READY, notify, wait_for_go
 
 __all__ = ["SandboxExecute", "TIMEOUT_ENAME", "DEAD_ENAME", "NOT_RUN_ENAME"]
 
@@ -50,8 +56,12 @@ class SandboxExecute(Execute):
     notebook_timeout = Integer(0, help="seconds for the whole notebook; 0 = no limit").tag(config=True)
     interrupt_grace = Integer(20, help="seconds an interrupted kernel has to answer again").tag(config=True)
     record_file = Unicode("", help="where to write the JSON record of every code cell").tag(config=True)
+    go_fd = Integer(-1, help="pipe to wait on for the batch's go before the kernel starts; -1: none").tag(config=True)
+    note_fd = Integer(-1, help="pipe to tell the batch 'ready' and 'executed' on; -1: none").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
+        notify(self.note_fd, READY)
+        wait_for_go(self.go_fd)
         self._records: list[dict] = []
         self._started = time.monotonic()
         self._deadline = self._started + self.notebook_timeout if self.notebook_timeout else None
@@ -67,6 +77,7 @@ class SandboxExecute(Execute):
             return super().preprocess(nb, resources, km)
         finally:
             self._write_record()
+            notify(self.note_fd, EXECUTED)
 
     # ------------------------------------------------------------------ one cell
     def preprocess_cell(self, cell, resources, index):

@@ -173,8 +173,9 @@ class Sandbox:
         ns = ["--mount", "--propagation", "private"] + (["--net"] if self.network == "loopback" else [])
         return ["unshare", *ns, "--", *argv]
 
-    def start(self, argv: list[str], *, log: Path, env: dict | None = None, cwd: Path | None = None):
-        """Start ``argv`` in the sandbox (its own session), stdout and stderr to ``log``."""
+    def start(self, argv: list[str], *, log: Path, env: dict | None = None, cwd: Path | None = None, pass_fds=()):
+        """Start ``argv`` in the sandbox (its own session), stdout and stderr to ``log``;
+        ``pass_fds``: file descriptors it inherits (the batch's gate)."""
         if self._proc is not None:
             raise SandboxError(f"sandbox {self.name} already runs pid {self._proc.pid}")
         env = {**(env if env is not None else os.environ), MARKER: self.name}
@@ -196,6 +197,7 @@ class Sandbox:
                 env=env,
                 cwd=cwd,
                 start_new_session=True,
+                pass_fds=tuple(pass_fds),
                 preexec_fn=enter,  # noqa: PLW1509 (the grader's own, single-purpose child)
             )
         return self._proc

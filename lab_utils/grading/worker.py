@@ -10,7 +10,8 @@ The batch (:mod:`lab_utils.grading.batch`) writes the spec and starts this in a
    one submission;
 3. notes every locked cell the submission changed or deleted (nbgrader restores them);
 4. autogrades with :class:`~lab_utils.grading.execute.SandboxExecute`, the kernel
-   running as the sandbox's own uid;
+   running as the sandbox's own uid, once the batch gives it its turn
+   (:mod:`lab_utils.grading.gate`);
 5. accounts for every test cell (passed / failed / error / timed out / not run, with
    the reason), writes the feedback, and the result JSON the batch merges.
 """
@@ -138,6 +139,8 @@ def _config(spec: dict, box: Path, record: Path, lines_file: Path):
     c.SandboxExecute.notebook_timeout = int(s["notebook_timeout"])
     c.SandboxExecute.interrupt_grace = int(s["interrupt_grace"])
     c.SandboxExecute.record_file = str(record)
+    for name in ("go_fd", "note_fd"):  # the batch's gate: the kernel starts on its go
+        setattr(c.SandboxExecute, name, int(spec.get("gate", {}).get(name, -1)))
     if spec.get("uid"):
         c.SandboxExecute.kernel_name = "lab-sandbox"
     c.HideReferenceQuotes.lines_file = str(lines_file)
@@ -154,6 +157,8 @@ def grade(spec: dict) -> dict:
         phases[name] = round(now - since, 3)
         return now
 
+    for fd in spec.get("gate", {}).values():  # the batch's pipes: never passed on to the kernel (student code)
+        os.set_inheritable(int(fd), False)
     box = Path(spec["box"])
     student, lab = spec["student"], spec["lab"]
     root = _course(spec, box)  # before _isolate hides the instructor's course and the submissions

@@ -181,3 +181,57 @@ def test_a_dead_kernel_or_a_loop_costs_only_what_depends_on_it(patchy, lab):
     kinds = {f["kind"] for f in r["flags"]}
     assert kinds == {"kernel died", *(["timed out"] if plan["loop"] else [])}, r["flags"]
     assert _left_running() == []
+
+
+def _sandboxes_of(pid: int) -> list[str]:
+    """Processes and cgroups of the grading batch ``pid``'s sandboxes (named ``labgrade-<slot>-<pid>``)."""
+    found = [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/labgrade-*-{pid}")]
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if p.environ().get(MARKER, "").endswith(f"-{pid}"):
+                found.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:120]}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def test_ctrl_c_stops_the_batch_at_once_and_the_same_command_resumes(tmp_path):
+    """An instructor's Ctrl-C: the batch stops within seconds (not after the whole class),
+    keeps what is graded, leaves nothing running, and the same command grades only the rest."""
+    import signal
+    import subprocess
+    import time
+
+    root, subs = crafted.course(tmp_path, [LAB])
+    students = [f"s{i}" for i in range(5)]
+    for s in students:
+        crafted.write("blank", LAB, subs, student=s, root=root)
+    cmd = [sys.executable, "-m", "lab_utils.grading", "--root", str(root), "autograde", str(subs), "--jobs", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    lines = []
+    for line in proc.stdout:  # the first result line: one graded, the next one executing, one prepared
+        lines.append(line)
+        if line.startswith("[1/5 "):
+            break
+    assert lines and lines[-1].startswith("[1/5 "), "".join(lines)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    stopped_in = time.monotonic() - t0
+    assert proc.returncode == 130, "".join(lines) + out
+    assert "autograde interrupted: finished results are kept" in out and "Traceback" not in out, out
+    assert stopped_in < 15, f"took {stopped_in:.0f} s to stop"  # it kills, it does not grade the rest
+    assert _sandboxes_of(proc.pid) == []
+    kept = {p.stem.split(".")[0]: p for p in (root / "results").glob("*/*.json")}
+    done = {p.parent.name for p in kept.values()}
+    assert 1 <= len(done) < len(students), done  # what was graded is kept; the rest is not marked done
+    first = {s: json.loads((root / "results" / s / f"{LAB}.json").read_text()) for s in done}
+    assert all(r["status"] == "graded" for r in first.values()), first
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"autograde: {len(students) - len(done)} to grade, {len(done)} unchanged" in again.stdout, again.stdout
+    for s in students:
+        r = json.loads((root / "results" / s / f"{LAB}.json").read_text())
+        assert r["status"] == "graded" and r["score"] == 0.0, r
+        if s in done:
+            assert r["provenance"]["graded_at"] == first[s]["provenance"]["graded_at"]  # not graded twice
