@@ -1,6 +1,8 @@
-"""An instructor's worst week, on Lab 1: crafted submissions graded as a class, in
-parallel sandboxes. Each gets the expected score and flag, nothing is left running,
-and a second run resumes without grading anything again."""
+"""An instructor's worst week: crafted submissions graded as a class, in parallel
+sandboxes. Lab 1 meets every kind; Labs 2-5 a half-done submission (the kernel killed,
+one exercise looping) and a complete one whose training script forges its throughput.
+Each gets the expected score and flag, nothing is left running, a second run resumes
+without grading anything again, and Ctrl-C stops a batch at once."""
 
 from __future__ import annotations
 
@@ -97,8 +99,8 @@ def test_flags_name_what_happened(graded):
     assert loop["test_sweep"]["status"] == "error" and "NameError" in loop["test_sweep"]["reason"]
 
 
-def _outputs(root: Path, student: str) -> str:
-    nb = nbformat.read(root / "autograded" / student / LAB / f"{LAB}.ipynb", as_version=4)
+def _outputs(root: Path, student: str, lab: str = LAB) -> str:
+    nb = nbformat.read(root / "autograded" / student / lab / f"{lab}.ipynb", as_version=4)
     return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
 
 
@@ -159,7 +161,7 @@ def test_a_second_run_resumes_and_a_changed_submission_is_graded_again(graded):
 
 @pytest.fixture(scope="module")
 def patchy(tmp_path_factory):
-    """Labs 2-4 handed in half done: the kernel killed early, one exercise looping."""
+    """Labs 2-5 handed in half done: the kernel killed early, one exercise looping."""
     labs = sorted(crafted.PATCHY)
     settings = "defaults:\n  cell_timeout: 30\n  interrupt_grace: 10\n"
     root, subs = crafted.course(tmp_path_factory.mktemp("patchy"), labs, settings)
@@ -179,7 +181,37 @@ def test_a_dead_kernel_or_a_loop_costs_only_what_depends_on_it(patchy, lab):
     assert sorted(g for g, s in statuses.items() if s == "passed") == sorted(plan["passes"]), statuses
     assert r["score"] == sum(points[g] for g in plan["passes"]), r["cells"]
     kinds = {f["kind"] for f in r["flags"]}
-    assert kinds == {"kernel died", *(["timed out"] if plan["loop"] else [])}, r["flags"]
+    assert kinds == {"kernel died", *(["timed out"] if crafted.patchy_loops(lab) else [])}, r["flags"]
+    assert _left_running() == []
+
+
+@pytest.fixture(scope="module")
+def forged(tmp_path_factory):
+    """Labs 2-5 complete, but their training scripts report 50x their speed (one timing round:
+    the claim is checked against the clock of each run, whatever their number)."""
+    labs = sorted(crafted.FORGE_SCRIPT)
+    root, subs = crafted.course(
+        tmp_path_factory.mktemp("forged"), labs, "defaults:\n  timing: {rounds: 1, max_rounds: 1}\n"
+    )
+    for lab in labs:
+        crafted.write("forged", lab, subs, root=root)
+    return root, {r["lab"]: r for r in batch.autograde(subs, labs, root, jobs=2)}
+
+
+@pytest.mark.parametrize("lab", sorted(crafted.FORGE_SCRIPT))
+def test_a_script_that_forges_its_throughput_gets_no_throughput_credit(forged, lab):
+    root, results = forged
+    r = results[lab]
+    assert r["status"] == "graded", (r.get("reason"), r.get("log_tail"))
+    points = crafted.test_points(lab, root)
+    statuses = {c["grade_id"]: c["status"] for c in r["cells"]}
+    assert {g for g, s in statuses.items() if s != "passed"} == {"test_throughput"}, r["cells"]
+    assert r["score"] == sum(points.values()) - points["test_throughput"], r["cells"]
+    assert [f["kind"] for f in r["flags"]] == ["forged throughput"], r["flags"]
+    claimed = float(r["flags"][0]["detail"].split(" claims ")[1].split("x")[0])
+    assert claimed > 10, r["flags"]  # 50x the truth, seen through the run-to-run noise
+    timing = next(x for x in _outputs(root, "forged", lab).splitlines() if x.startswith("[grading-timing] "))
+    assert json.loads(timing.removeprefix("[grading-timing] "))["band"] == 0  # as fast as the reference, in truth
     assert _left_running() == []
 
 
