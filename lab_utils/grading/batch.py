@@ -193,9 +193,9 @@ class _Stopped(Exception):
 
 
 class _Batch:
-    """``jobs`` notebooks execute at once. One more sandbox prepares meanwhile and waits
-    for its turn at the gate (:mod:`lab_utils.grading.gate`), and finished ones write
-    their feedback and are merged while the next notebooks run: what grading costs
+    """``jobs`` notebooks execute at once. As many sandboxes again prepare meanwhile and
+    wait for their turn at the gate (:mod:`lab_utils.grading.gate`), and finished ones
+    write their feedback and are merged while the next notebooks run: what grading costs
     besides executing notebooks hides behind them."""
 
     def __init__(self, root: Path, submissions: Path, jobs: int, isolate: bool | None, settings_file, out, pipeline):
@@ -204,10 +204,10 @@ class _Batch:
         self.lock = threading.Lock()
         self.active: set[Sandbox] = set()
         self.executing = _Turns(jobs)  # notebooks executing
-        # pipeline: sandboxes preparing or executing, one ready ahead (and up to `jobs` finishing);
-        # without: a sandbox holds its turn from its start to its end
-        self.admitted = _Turns(jobs + 1 if pipeline else jobs)
-        self.threads = 2 * jobs + 1 if pipeline else jobs
+        # pipeline: sandboxes preparing or executing, one ready ahead of each executing one (and
+        # others finishing); without: a sandbox holds its turn from its start to its end
+        self.admitted = _Turns(2 * jobs if pipeline else jobs)
+        self.threads = 4 * jobs if pipeline else jobs
         self.slots = list(range(self.threads))
         self.work = Path(tempfile.mkdtemp(prefix="labgrade-"))
         self.work.chmod(0o711)
@@ -244,7 +244,9 @@ class _Batch:
             print(line, file=self.out, flush=True)
 
     def quiet(self):
-        """The batch's own work waits while another sandbox times a job (bounded)."""
+        """Finishing a sandbox waits while another one times a job (bounded). Preparing one
+        does not: it would starve while notebooks take turns timing, and leave its
+        execution turn idle."""
         return throughput.timing_lock(self.timing_lock, shared=True, timeout=QUIET_S)
 
     def grade(self, student: str, lab: str, hashes: dict) -> dict:
@@ -303,10 +305,9 @@ class _Batch:
         """Prepare, wait for a turn, execute, finish: None, or what went wrong."""
         argv = [sys.executable, "-m", "lab_utils.grading.worker", str(box_dir / "spec.json")]
         try:
-            with self.quiet():
-                box.start(argv, log=box_dir / "worker.log", cwd=box_dir, pass_fds=gate.worker_fds)
-                gate.started()
-                ready = gate.wait_for(READY, PREPARE_S)
+            box.start(argv, log=box_dir / "worker.log", cwd=box_dir, pass_fds=gate.worker_fds)
+            gate.started()
+            ready = gate.wait_for(READY, PREPARE_S)
             if ready is None:
                 box.kill()
                 return f"the grading worker was not ready within {PREPARE_S} s"

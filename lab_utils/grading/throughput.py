@@ -14,7 +14,7 @@
   best run of each counts (other load only ever slows a run down).
 - While it measures it holds the machine-wide **timing lock** of the grading batch
   (``$LAB_GRADING_TIMING_LOCK``) exclusively: one timing job at a time, and the
-  batch's own work (starting, preparing and finishing sandboxes) waits meanwhile.
+  batch's own work of finishing sandboxes (feedback) waits meanwhile.
 - A ratio whose noise straddles a band edge is measured again (up to ``max_rounds``
   pairs); if it still cannot be called, it is **inconclusive**: the higher band is
   given and the instructor gets a ``[grading-flag]``. Timing noise never fails a student.
@@ -55,8 +55,8 @@ def band_of(ratio: float, bands) -> int:
 @contextmanager
 def timing_lock(path: str | os.PathLike | None = None, *, shared: bool = False, timeout: float | None = None):
     """The grading batch's machine-wide timing lock (``path``, default ``$LAB_GRADING_TIMING_LOCK``;
-    none: no lock). A timed job holds it exclusively; the batch's own work (preparing and
-    finishing sandboxes) holds it shared, so that work pauses while a job is timed.
+    none: no lock). A timed job holds it exclusively; the batch's own work of finishing
+    sandboxes holds it shared, so that work pauses while a job is timed.
     With ``timeout``, waits at most that long and goes on without it (a kernel that
     holds it forever must not stall the batch); yields whether it holds the lock."""
     path = path or os.environ.get(LOCK_ENV)
