@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-from lab_utils.grading import course, scripts, throughput
+from lab_utils.grading import course, scripts
 from lab_utils.grading.gate import EXECUTED, READY, Gate
 from lab_utils.grading.sandbox import Sandbox, SandboxError, cgroup_support
 from lab_utils.grading.settings import grading_settings
@@ -146,8 +146,6 @@ def _replace_tree(src: Path, dest: Path) -> None:
 PREPARE_S = 300
 #: seconds a worker may take after its notebook (accounting, feedback)
 FINISH_S = 600
-#: seconds the batch's own work waits for another sandbox's timed job before it goes on anyway
-QUIET_S = 180
 
 
 class _Turns:
@@ -243,12 +241,6 @@ class _Batch:
         with self.lock:
             print(line, file=self.out, flush=True)
 
-    def quiet(self):
-        """Finishing a sandbox waits while another one times a job (bounded). Preparing one
-        does not: it would starve while notebooks take turns timing, and leave its
-        execution turn idle."""
-        return throughput.timing_lock(self.timing_lock, shared=True, timeout=QUIET_S)
-
     def grade(self, student: str, lab: str, hashes: dict) -> dict:
         admission = _Admission(self.admitted)
         if not admission.held:
@@ -324,8 +316,7 @@ class _Batch:
         finally:
             if self.pipeline:  # the next sandbox may prepare while this one finishes
                 admission.release()
-        with self.quiet():
-            rc = box.wait(timeout=FINISH_S)
+        rc = box.wait(timeout=FINISH_S)
         if rc is None:
             return f"the grading worker ran past {FINISH_S} s after its notebook"
         return None if rc == 0 else f"the grading worker exited {rc}"

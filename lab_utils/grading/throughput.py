@@ -13,8 +13,7 @@
 - Student and reference **alternate** (ABAB...), after ``warmup`` untimed pairs; the
   best run of each counts (other load only ever slows a run down).
 - While it measures it holds the machine-wide **timing lock** of the grading batch
-  (``$LAB_GRADING_TIMING_LOCK``) exclusively: one timing job at a time, and the
-  batch's own work of finishing sandboxes (feedback) waits meanwhile.
+  (``$LAB_GRADING_TIMING_LOCK``): one timing job at a time, whatever else is graded.
 - A ratio whose noise straddles a band edge is measured again (up to ``max_rounds``
   pairs); if it still cannot be called, it is **inconclusive**: the higher band is
   given and the instructor gets a ``[grading-flag]``. Timing noise never fails a student.
@@ -31,7 +30,7 @@ from contextlib import contextmanager
 from lab_utils.grading.accounting import flag_line
 from lab_utils.grading.cells import ratio_credit
 
-__all__ = ["compare", "timing_settings", "timing_lock", "band_of", "TIMING_ENV", "LOCK_ENV"]
+__all__ = ["compare", "timing_settings", "band_of", "TIMING_ENV", "LOCK_ENV"]
 
 _clock = time.perf_counter  # taken at import, in the locked setup cell
 TIMING_ENV = "LAB_GRADING_TIMING"  # JSON {"rounds", "max_rounds", "noise"}, set by the grading worker
@@ -53,38 +52,17 @@ def band_of(ratio: float, bands) -> int:
 
 
 @contextmanager
-def timing_lock(path: str | os.PathLike | None = None, *, shared: bool = False, timeout: float | None = None):
-    """The grading batch's machine-wide timing lock (``path``, default ``$LAB_GRADING_TIMING_LOCK``;
-    none: no lock). A timed job holds it exclusively; the batch's own work of finishing
-    sandboxes holds it shared, so that work pauses while a job is timed.
-    With ``timeout``, waits at most that long and goes on without it (a kernel that
-    holds it forever must not stall the batch); yields whether it holds the lock."""
-    path = path or os.environ.get(LOCK_ENV)
+def _timing_lock():
+    path = os.environ.get(LOCK_ENV)
     if not path:
-        yield False
+        yield
         return
-    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     with open(path) as f:  # readable by every sandbox's kernel; flock needs no write access
-        if timeout is None:
-            fcntl.flock(f, mode)
-            held = True
-        else:
-            deadline = time.monotonic() + timeout
-            while not (held := _try_flock(f, mode)) and time.monotonic() < deadline:
-                time.sleep(0.05)  # polling the lock under a deadline (flock has no timeout)
+        fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            yield held
+            yield
         finally:
-            if held:
-                fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _try_flock(f, mode) -> bool:
-    try:
-        fcntl.flock(f, mode | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _timed(fn):
@@ -127,7 +105,7 @@ def compare(
     max_rounds = max(rounds, int(max_rounds or cfg["max_rounds"]))
     noise = float(noise if noise is not None else cfg["noise"])
     stu, ref, stu_results, ref_results = [], [], [], []
-    with timing_lock():
+    with _timing_lock():
         for _ in range(int(warmup)):
             student(), reference()
         while True:
