@@ -6,7 +6,11 @@
   next one starts (no pipeline: what grading cost before the gate);
 - ``serial``: one notebook executing at a time, the next sandbox prepared meanwhile and
   the last one finishing meanwhile (the pipeline, ``make autograde JOBS=1``);
-- ``parallel``: one notebook executing per core, pipelined (``make autograde``).
+- ``parallel``: notebooks on every core at once, each taking its lab's ``cpus`` setting,
+  pipelined (``make autograde``): Lab 1 (1 CPU) two at a time on 2 cores, Lab 2 (2 CPUs)
+  one at a time;
+- ``oversubscribed`` (labs that take more than one core): two such notebooks at once on
+  every core anyway (``--jobs`` twice the cores): what the settings spare them.
 
 Reports per lab: wall time of each batch, the speedups, and the share of each batch's
 wall time (times its execution turns) not spent executing notebooks: the grading
@@ -36,6 +40,7 @@ import crafted  # noqa: E402
 
 from lab_utils import grading  # noqa: E402
 from lab_utils.grading import batch  # noqa: E402
+from lab_utils.grading.settings import grading_settings  # noqa: E402
 
 PHASES = ("prepare", "course", "autograde", "account", "feedback")
 
@@ -97,7 +102,9 @@ def main(argv=None) -> None:
         plain = _grade(lab, args.n, 1, pipeline=False)
         serial = _grade(lab, args.n, 1)
         parallel = _grade(lab, args.n, out["cores"])
+        cpus = grading_settings(lab)["cpus"]
         out["labs"][lab] = {
+            "cpus": cpus,  # what one of its notebooks takes (grading/settings.yml)
             "plain": plain,
             "serial": serial,
             "parallel": parallel,
@@ -107,6 +114,10 @@ def main(argv=None) -> None:
             # the most a parallel batch could gain: the cores over what one notebook at a time keeps busy
             "speedup_ceiling": round(out["cores"] / plain["busy_cores"], 2),
         }
+        if cpus > 1:
+            over = _grade(lab, args.n, 2 * out["cores"])
+            out["labs"][lab]["oversubscribed"] = over
+            out["labs"][lab]["speedup_oversubscribed"] = round(serial["wall_s"] / over["wall_s"], 2)
         print(f"{lab}: {out['labs'][lab]}", file=sys.stderr, flush=True)
     text = json.dumps(out, indent=1)
     print(text)

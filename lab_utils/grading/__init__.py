@@ -9,8 +9,9 @@ The package, one job per module:
 - ``cells``: ``is_grading``, ``credit``, ``ratio_credit`` (what test cells call);
 - ``throughput``: ``compare``, the hidden throughput tests' fair, unforgeable timing;
 - ``settings``: ``grading/settings.yml`` (timeouts and limits per lab);
-- ``batch``, ``worker``, ``sandbox``, ``execute``, ``kernel``, ``accounting``: autograding
-  a class, each submission in a sandbox of its own (see ``grading/README.md``);
+- ``batch``, ``gate``, ``worker``, ``sandbox``, ``execute``, ``kernel``, ``accounting``,
+  ``results``: autograding a class, each submission in a sandbox of its own, pipelined
+  (see ``grading/README.md``);
 - ``course``: ``labs/params.yml`` (``load_params``, ``lab_settings``), lab selection,
   and the nbgrader operations ``release``, ``check_release``, ``autograde``,
   ``export_grades``, ``feedback`` (``python -m lab_utils.grading ...``, see ``__main__``);

@@ -32,7 +32,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("submissions")
     p.add_argument("--labs", default="")
-    p.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: one per core)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="cores the notebooks being graded may use at once (default: all usable); "
+        "each takes its lab's `cpus` from grading/settings.yml",
+    )
     p.add_argument("--regrade", action="store_true", help="grade again even what is unchanged since its last grading")
     p = sub.add_parser("export", help="write grades to CSV")
     p.add_argument("--csv", default=None, help="output file (default: grading/grades.csv)")

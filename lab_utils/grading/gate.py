@@ -12,7 +12,9 @@ notebook instead of adding to the batch's wall time::
         gate.go()                                    # its kernel may start now
         gate.wait_for(EXECUTED, timeout=limit)       # the notebook is done
 
-The worker's side is :class:`~lab_utils.grading.execute.SandboxExecute` (its
+How many may execute, or prepare ahead, at once are :class:`Turns` (a counting
+semaphore that a stopping batch opens for good). The worker's side is
+:class:`~lab_utils.grading.execute.SandboxExecute` (its
 ``go_fd`` and ``note_fd``): it says ``ready`` just before it starts the kernel, waits
 for the go, and says ``executed`` once the kernel is shut down. The pipes are
 never inherited by the kernel, so student code can neither skip the queue nor
@@ -23,9 +25,10 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 import time
 
-__all__ = ["Gate", "READY", "EXECUTED", "notify", "wait_for_go"]
+__all__ = ["Gate", "Turns", "Admission", "READY", "EXECUTED", "notify", "wait_for_go"]
 
 READY = "ready"
 EXECUTED = "executed"
@@ -90,6 +93,48 @@ class Gate:
             if fd is not None:
                 os.close(fd)
                 setattr(self, attr, None)
+
+
+class Turns:
+    """``n`` turns to take and give back, several at a time (a notebook that needs two
+    cores takes two); once stopped, every taker gets False."""
+
+    def __init__(self, n: int):
+        self.total = self.free = int(n)
+        self.stopped = False
+        self.cond = threading.Condition()
+
+    def take(self, k: int = 1) -> bool:
+        if not 1 <= k <= self.total:
+            raise ValueError(f"cannot take {k} of {self.total} turns")
+        with self.cond:
+            self.cond.wait_for(lambda: self.free >= k or self.stopped)
+            if self.stopped:
+                return False
+            self.free -= k
+            return True
+
+    def give(self, k: int = 1) -> None:
+        with self.cond:
+            self.free += k
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+
+class Admission:
+    """One submission's hold on a :class:`Turns`, given back once (``held`` False: the batch stopped)."""
+
+    def __init__(self, turns: Turns):
+        self.turns, self.held = turns, turns.take()
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.turns.give()
 
 
 # ----------------------------------------------------------------- worker side

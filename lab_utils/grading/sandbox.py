@@ -211,6 +211,20 @@ class Sandbox:
             self._proc.wait()
             return None
 
+    def peak_memory_bytes(self) -> int | None:
+        """The most memory the sandbox's processes held together so far (the cgroup's
+        high-water mark, swap not counted); None without a cgroup, or where the kernel
+        does not keep one (cgroup v2 before Linux 5.19)."""
+        if not self._dirs:
+            return None
+        name = (
+            "memory/" + self.name + "/memory.max_usage_in_bytes" if self.cgroup == "v1" else self.name + "/memory.peak"
+        )
+        try:
+            return int((_V1 / name).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
     # ------------------------------------------------------------------ leftovers
     def members(self) -> list[int]:
         """PIDs of every process still in the sandbox."""

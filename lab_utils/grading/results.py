@@ -1,0 +1,164 @@
+"""What a grading batch writes: one JSON per student x lab with its provenance, the grades
+CSV, the summary of flags, and the merge of a sandbox's grades into the course gradebook.
+
+:mod:`lab_utils.grading.batch` grades; this module records. A result is resumable by its
+provenance: the hashes of the submission and of the tests and settings it was graded with.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import warnings
+from importlib import metadata
+from pathlib import Path
+
+from lab_utils.grading import course
+
+__all__ = ["results_dir", "hashes", "provenance", "write_json", "merge", "install", "line", "write_csv", "summary"]
+
+_VERSIONED = ("tensorflow-cpu", "tensorflow", "horovod", "nbgrader", "numpy", "ipykernel")
+
+
+def results_dir(root: Path | str = course.GRADING_ROOT) -> Path:
+    return Path(root) / "results"
+
+
+def _hash_tree(folder: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(folder)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def hashes(root: Path, submission: Path, lab: str, settings: dict) -> dict:
+    """What a result was graded from: the submission folder, and the lab's tests (its
+    instructor notebook), the nbgrader configuration and the grading settings. A result
+    whose hashes still match is not graded again."""
+    tests = hashlib.sha256((root / "source" / lab / f"{lab}.ipynb").read_bytes())
+    tests.update((root / "nbgrader_config.py").read_bytes())
+    tests.update(json.dumps(settings, sort_keys=True).encode())
+    return {"submission_sha256": _hash_tree(submission), "tests_sha256": tests.hexdigest()}
+
+
+def provenance() -> dict:
+    """The grading machine: host, Python, the versions that decide a result, lab_utils' commit."""
+    versions = {}
+    for name in _VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    proc = subprocess.run(
+        ["git", "-C", str(course.REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    commit = (proc.stdout.strip() or None) if proc.returncode == 0 else None
+    return {
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "lab_utils_commit": commit,
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def merge(db_url: str, worker_db: Path, lab: str, student: str, course_id: str) -> None:
+    """Copy the worker's grades and comments of ``student``/``lab`` into the course gradebook."""
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    with (
+        warnings.catch_warnings(),
+        Gradebook(f"sqlite:///{worker_db}", course_id) as src,
+        Gradebook(db_url, course_id) as dst,
+    ):
+        # nbgrader 0.9's add_submission builds the submission's notebooks and grades
+        # before adding it to the session; SQLAlchemy 2 warns, then adds them all with it
+        warnings.filterwarnings("ignore", message=r"Object of type <Submitted\w+> not in session", category=SAWarning)
+        graded = src.find_submission(lab, student)
+        dst.update_or_create_student(student)
+        dst.update_or_create_submission(lab, student, timestamp=graded.timestamp)
+        for nb in graded.notebooks:
+            for g in nb.grades:
+                d = dst.find_grade(g.name, nb.name, lab, student)
+                d.auto_score, d.manual_score, d.extra_credit = g.auto_score, g.manual_score, g.extra_credit
+                d.needs_manual_grade = g.needs_manual_grade
+            for cm in nb.comments:
+                d = dst.find_comment(cm.name, nb.name, lab, student)
+                d.auto_comment, d.manual_comment = cm.auto_comment, cm.manual_comment
+            dst.find_submission_notebook(nb.name, lab, student).flagged = nb.flagged
+        dst.db.commit()
+
+
+def _replace_tree(src: Path, dest: Path) -> None:
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(src, dest)
+
+
+def install(root: Path, db_url: str, course_id: str, submissions: Path, result: dict) -> None:
+    """Merge a graded sandbox into the course: gradebook, submitted/, autograded/, feedback/
+    (the caller holds the batch's lock: one writer)."""
+    student, lab = result["student"], result["lab"]
+    merge(db_url, Path(result["db"]), lab, student, course_id)
+    _replace_tree(submissions / student / lab, root / "submitted" / student / lab)
+    _replace_tree(Path(result["autograded"]), root / "autograded" / student / lab)
+    if Path(result["feedback"]).is_dir():
+        _replace_tree(Path(result["feedback"]), root / "feedback" / student / lab)
+    for key in ("autograded", "feedback", "db"):
+        result.pop(key, None)
+
+
+def line(result: dict) -> str:
+    if result["status"] != "graded":
+        return f"{result['status'].upper()}: {result['reason']}"
+    flags = f"  flags: {', '.join(sorted({f['kind'] for f in result['flags']}))}" if result["flags"] else ""
+    return f"{result['score']:g}/{result['max_score']:g}{flags}"
+
+
+def write_csv(results: list[dict], path: Path) -> Path:
+    """One row per student x lab: score, status, flags, and the test cells that did not pass."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student_id", "lab", "status", "score", "max_score", "flags", "not_passed"])
+        for r in sorted(results, key=lambda r: (r["student"], r["lab"])):
+            w.writerow(
+                [
+                    r["student"],
+                    r["lab"],
+                    r["status"],
+                    "" if r["score"] is None else r["score"],
+                    "" if r["max_score"] is None else r["max_score"],
+                    "; ".join(f"{f['kind']}: {f['detail']}" for f in r["flags"]) or "",
+                    "; ".join(f"{c['grade_id']} {c['status']}" for c in r["cells"] if c["status"] != "passed"),
+                ]
+            )
+    return path
+
+
+def summary(results: list[dict], say=print) -> None:
+    """Print every flag, grouped by kind (what the instructor should look at)."""
+    flagged = [(r, f) for r in results for f in r["flags"]]
+    infra = [r for r in results if r["status"] != "graded"]
+    say(
+        f"graded {len(results) - len(infra)} of {len(results)}; {len(flagged)} flag(s); "
+        f"{len(infra)} infrastructure error(s)"
+    )
+    for r in infra:
+        say(f"  INFRASTRUCTURE {r['student']}/{r['lab']}: {r['reason']} (not scored; run again)")
+    for kind in sorted({f["kind"] for _, f in flagged}):
+        say(f"  {kind}:")
+        for r, f in flagged:
+            if f["kind"] == kind:
+                say(f"    {r['student']}/{r['lab']}: {f['detail']}")
