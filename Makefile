@@ -3,6 +3,8 @@
 SHELL := /bin/bash
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
+# the nbgrader course the instructor targets use (release, check-release, autograde, grades, feedback)
+COURSE ?= grading
 export VENV
 
 .DEFAULT_GOAL := help
@@ -14,14 +16,15 @@ help:  ## list the targets
 setup:  ## create .venv with the pinned stack and Horovod (GPU=1 for CUDA; PYTHON=... to choose python3.11)
 	@bash scripts/setup.sh
 
-lab:  ## start JupyterLab on the student notebooks (PORT=, IP= optional)
+lab:  ## start JupyterLab on the student notebooks (PORT=, IP=, NOTEBOOKS= optional)
 	@bash scripts/lab.sh --check-args
 	@$(MAKE) --no-print-directory setup release
 	@bash scripts/lab.sh
 
-lint: setup  ## ruff: lint and format check of the whole tree (configured in pyproject.toml)
+lint: setup  ## ruff: lint and format check of the whole tree (configured in pyproject.toml); hadolint: deploy/'s Dockerfiles
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/hadolint deploy/*/Dockerfile
 
 test: setup lint  ## lint, then the whole test suite (unit, process, notebook); PYTEST_ARGS=... to narrow it
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -33,19 +36,20 @@ run: setup  ## execute every lab with papermill (LABS=01,03 to choose; FULL=1 fo
 	$(PY) -m lab_utils.run_labs --out out/run $(if $(LABS),--labs $(LABS)) $(if $(filter 1,$(FULL)),--full)
 
 release: setup  ## regenerate the student notebooks in labs/ from grading/source/
-	$(PY) -m lab_utils.grading release
+	$(PY) -m lab_utils.grading --root $(COURSE) release
 
 check-release: setup  ## fail if labs/ is out of date with grading/source/
-	$(PY) -m lab_utils.grading check-release
+	$(PY) -m lab_utils.grading --root $(COURSE) check-release
 
 autograde: setup  ## grade SUBMISSIONS=folder (<student>/<lab>/<lab>.ipynb), each in a sandbox, in parallel, resumable (JOBS=, REGRADE=1)
-	$(PY) -m lab_utils.grading autograde $(SUBMISSIONS) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 1,$(REGRADE)),--regrade)
+	@test -n "$(SUBMISSIONS)" || { echo "autograde: give the folder of submissions: make autograde SUBMISSIONS=path (<student>/<lab>/<lab>.ipynb)" >&2; exit 2; }
+	$(PY) -m lab_utils.grading --root $(COURSE) autograde $(SUBMISSIONS) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 1,$(REGRADE)),--regrade)
 
 grades: setup  ## export the gradebook to grading/grades.csv
-	$(PY) -m lab_utils.grading export --csv grading/grades.csv
+	$(PY) -m lab_utils.grading --root $(COURSE) export --csv $(COURSE)/grades.csv
 
 feedback: setup  ## generate feedback HTML for autograded submissions
-	$(PY) -m lab_utils.grading feedback
+	$(PY) -m lab_utils.grading --root $(COURSE) feedback
 
 doctor: setup  ## check Python, TensorFlow, Horovod, MPI, cores, memory, GPUs
 	$(PY) -m lab_utils doctor
@@ -55,8 +59,8 @@ bench: setup  ## run the benchmarks (JSON in bench/results/)
 	@set -e; for b in bench/bench_*.py; do n=$$(basename $$b .py); echo "==> $$n"; \
 	  $(PY) $$b | tee bench/results/$$n.json; done
 
-lock:  ## re-resolve requirements/base.in into requirements/constraints.txt (needs python3.11)
-	@bash scripts/lock.sh
+lock:  ## resolve requirements/base.in + dev.in into requirements/constraints.txt, keeping locked versions (UPGRADE=1: all newest; needs python3.11)
+	@UPGRADE=$(UPGRADE) bash scripts/lock.sh
 
 clean:  ## remove run outputs, logs and course state (keeps .venv)
 	rm -rf out bench/results grading/release grading/reference grading/submitted grading/autograded grading/feedback grading/results grading/gradebook.db

@@ -28,7 +28,7 @@ if ! "$PY" -c 'import horovod.tensorflow' >/dev/null 2>&1; then
   no MPI headers (install libopenmpi-dev), or a TensorFlow other than 2.15.1 installed."
   fi
 fi
-CHECK=$("$BIN/horovodrun" --check-build 2>/dev/null) || die "horovodrun --check-build failed; see $LOG"
+CHECK=$("$PY" -m horovod.runner.launch --check-build 2>/dev/null) || die "horovodrun --check-build failed; see $LOG"
 for want in "\[X\] TensorFlow" "\[X\] MPI" "\[X\] Gloo"; do
   grep -q "$want" <<<"$CHECK" || die "Horovod was built without ${want#*] }: see $LOG; uninstall it (pip uninstall horovod) and run this again"
 done

@@ -25,7 +25,8 @@ say() { printf '==> %s\n' "$*"; }
 case "$GPU" in 0|1) ;; *) die "GPU must be 0 or 1, got GPU=$GPU" ;; esac
 
 fingerprint() {
-  { cat "$CONSTRAINTS" "$ROOT/requirements/base.in" "$ROOT/pyproject.toml" "$0" "$ROOT/scripts/build-horovod.sh"; echo "GPU=$GPU"; } | sha256sum | cut -d' ' -f1
+  { cat "$CONSTRAINTS" "$ROOT/requirements/base.in" "$ROOT/requirements/dev.in" "$ROOT/pyproject.toml" "$0" \
+      "$ROOT/scripts/build-horovod.sh" "$ROOT/scripts/jupyterlab-overrides.json"; echo "GPU=$GPU"; } | sha256sum | cut -d' ' -f1
 }
 WANT=$(fingerprint)
 
@@ -69,6 +70,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
+# ---- A browser for the real-browser test (tests/browser; optional) -----------------------
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  say "installing chromium (Debian's) for the browser test"
+  { apt-get install -y -qq chromium >/dev/null 2>&1 \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }; } \
+    || say "chromium could not be installed: the browser test will be skipped (it says why)"
+fi
+
 # ---- The virtual environment -------------------------------------------------------
 rm -f "$STAMP"
 if [ -x "$VENV/bin/python" ] && ! is_py311 "$VENV/bin/python"; then
@@ -84,8 +93,10 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 
 if [ "$GPU" = 1 ]; then TF_REQ="tensorflow[and-cuda]==$TF_VERSION"; else TF_REQ="tensorflow-cpu==$TF_VERSION"; fi
 say "installing $TF_REQ and the pinned stack (requirements/constraints.txt)"
-"${PIP[@]}" install -q -c "$CONSTRAINTS" -r "$ROOT/requirements/base.in" "$TF_REQ"
+"${PIP[@]}" install -q -c "$CONSTRAINTS" -r "$ROOT/requirements/base.in" -r "$ROOT/requirements/dev.in" "$TF_REQ"
 "${PIP[@]}" install -q --no-deps -e "$ROOT"
+# JupyterLab opens Markdown files rendered (the course map, labs/README.md), not in the editor
+install -D -m 0644 "$ROOT/scripts/jupyterlab-overrides.json" "$VENV/share/jupyter/lab/settings/overrides.json"
 
 # ---- Horovod, built against the TensorFlow just installed --------------------------
 GPU=$GPU HOROVOD_BUILD_LOG=$VENV/horovod-build.log bash "$ROOT/scripts/build-horovod.sh" "$VENV/bin/python"
