@@ -135,18 +135,38 @@ def plot_scalars(scalars: pd.DataFrame, max_points: int = 2000):
 
 
 def show_tensorboard(logdir: str | os.PathLike, live: bool | None = None):
-    """Plot the scalars in ``logdir`` (always), and open live TensorBoard with
-    the ``%tensorboard`` magic when ``live`` (default: when not headless)."""
+    """Plot the scalars in ``logdir`` (always); when ``live`` (default: when not headless),
+    also serve them with TensorBoard and show it below the cell
+    (:func:`lab_utils.cluster.tensorboard.tensorboard`: a port the OS picks, stopped with
+    the kernel; never TensorBoard's own ``%tensorboard``, whose server outlives it)."""
     fig = plot_scalars(read_scalars(logdir))
     if live is None:
         live = not is_headless()
     if live:
-        from IPython import get_ipython
+        from lab_utils.cluster.tensorboard import tensorboard
 
-        shell = get_ipython()
-        shell.run_line_magic("load_ext", "tensorboard")
-        shell.run_line_magic("tensorboard", f"--logdir {Path(logdir)}")
+        embed_tensorboard(tensorboard(logdir).port)
     return fig
+
+
+def embed_tensorboard(port: int, height: int = 620) -> None:
+    """Show the TensorBoard serving ``port`` on this machine in the notebook. Behind
+    JupyterHub (Binder too) the browser reaches it only through jupyter-server-proxy;
+    without one, say so instead of showing a frame that cannot load."""
+    import importlib.util
+
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX")
+    if prefix and "TENSORBOARD_PROXY_URL" not in os.environ:
+        if importlib.util.find_spec("jupyter_server_proxy") is None:
+            print(
+                f"TensorBoard serves port {port} of this server, which your browser cannot reach without "
+                "jupyter-server-proxy: the figure shows the same scalars."
+            )
+            return
+        os.environ["TENSORBOARD_PROXY_URL"] = f"{prefix.rstrip('/')}/proxy/%PORT%/"
+    from tensorboard import notebook
+
+    notebook.display(port=port, height=height)
 
 
 def accuracy_curves(curves, x: str = "global_step", title: str | None = None):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import importlib
 
-from lab_utils.metrics.monitor import Monitor
+from lab_utils.metrics.monitor import Monitor, watch
 from lab_utils.metrics.sampler import (
     MAX_INTERVAL,
     METRICS,
@@ -50,6 +50,7 @@ __all__ = [
     "MAX_INTERVAL",
     "Sampler",
     "Monitor",
+    "watch",
     "events_frame",
     "summary_table",
     "SUMMARY_COLUMNS",

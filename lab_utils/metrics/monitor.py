@@ -32,7 +32,7 @@ from lab_utils.display import is_headless
 from lab_utils.metrics.sampler import METRICS, ROLES, Row, Sampler, TaskSource, validate_interval
 from lab_utils.metrics.tables import event_files, events_frame, summary_table
 
-__all__ = ["Monitor"]
+__all__ = ["Monitor", "watch"]
 
 _ROW_ROLES = ROLES + ("host", "gpu", "total")
 _COLUMNS = ["time", "role", "task", "metric", "value"]
@@ -340,3 +340,19 @@ class Monitor:
         return f"<code>{html.escape(repr(self))}</code>" + (
             f"<br><small>{html.escape('; '.join(self.notes))}</small>" if self.notes else ""
         )
+
+
+def watch(job, *, interval: float = 1.0, sample: bool = True, live: bool = False) -> Monitor | None:
+    """Wait for ``job`` (a cluster or an MPI job) to end. With ``sample`` (or ``live``),
+    sample it meanwhile and return the stopped :class:`Monitor` (else None). With
+    ``live`` the student watches it train: in JupyterLab a figure redrawn in place,
+    headless (papermill, nbgrader) one static figure when it ends (:meth:`Monitor.live`).
+    The labs ask for it on the runs they look at closely."""
+    if not (sample or live):
+        job.wait()
+        return None
+    with Monitor(cluster=job, interval=interval) as mon:
+        if live:
+            mon.live()
+        job.wait()
+    return mon

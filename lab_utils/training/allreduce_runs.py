@@ -33,6 +33,7 @@ import pandas as pd
 from lab_utils import plots
 from lab_utils.cluster import MPIJob, TFCluster
 from lab_utils.cluster.job import format_args
+from lab_utils.metrics import watch
 from lab_utils.resources import usable_cores
 from lab_utils.training import loop
 from lab_utils.training.allreduce import check_args, load_weights_file, max_difference
@@ -45,7 +46,6 @@ __all__ = [
     "plot_busbw",
     "TrainRun",
     "new_run_dir",
-    "wait_monitored",
     "run_hvd",
     "run_single",
     "run_mwms",
@@ -233,18 +233,6 @@ def _finish(job, results: dict, label, method, ranks, args, t0, weights, timelin
     return TrainRun(label, method, ranks, results, events, wall, args, str(job.run_dir), weights, timeline, monitor)
 
 
-def wait_monitored(job, monitor: bool, interval: float):
-    """Wait for ``job`` to end; with ``monitor``, sample it meanwhile and return the Monitor."""
-    if not monitor:
-        job.wait()
-        return None
-    from lab_utils.metrics import Monitor
-
-    with Monitor(cluster=job, interval=interval) as mon:
-        job.wait()
-    return mon
-
-
 def run_hvd(
     script: str | os.PathLike,
     np: int = 2,
@@ -258,11 +246,13 @@ def run_hvd(
     timeout: float = 600,
     progress: bool = True,
     label: str | None = None,
+    live: bool = False,
 ) -> TrainRun:
     """``horovodrun -np np`` (``controller`` "gloo" or "mpi") of ``script`` with ``args``
     (``{"batch_size": 60}`` -> ``--batch-size 60``). ``timeline``: record a Horovod
     timeline (:func:`timeline_summary` reads it); ``save_weights``: rank 0 saves the
-    final weights; ``monitor``: sample CPU, memory and network while it trains.
+    final weights; ``monitor``: sample CPU, memory and network while it trains;
+    ``live``: and show them as it trains (a static figure when headless).
     ``args`` are checked against :func:`lab_utils.training.allreduce.parse_args` first:
     bad ones raise ``ValueError`` before anything starts."""
     check_args(format_args(args))
@@ -286,12 +276,14 @@ def run_hvd(
         name=label or Path(str(script)).stem,
     )
     with job:
-        mon = wait_monitored(job, monitor, interval)
+        mon = watch(job, interval=interval, sample=monitor, live=live)
     label = label or f"horovod {controller} np={np}"
     return _finish(job, job.results(), label, f"horovod ({controller})", np, args, t0, weights, tl, mon)
 
 
-def _tf_run(strategy: str, workers: int, args, save_weights, monitor, interval, timeout, label, progress) -> TrainRun:
+def _tf_run(
+    strategy: str, workers: int, args, save_weights, monitor, interval, timeout, label, progress, live=False
+) -> TrainRun:
     check_args(format_args({**dict(args or {}), "strategy": strategy}))
     run_dir = new_run_dir(strategy)
     args, weights = _prepare(args, save_weights, run_dir)
@@ -308,7 +300,7 @@ def _tf_run(strategy: str, workers: int, args, save_weights, monitor, interval, 
         name=strategy,
     )
     with cluster:
-        mon = wait_monitored(cluster, monitor, interval)
+        mon = watch(cluster, interval=interval, sample=monitor, live=live)
     results = {f"rank:{r['rank']}": r for r in cluster.results().values()}  # worker:i -> rank:i
     method = "one process" if strategy == "single" else "mwms (ring)"
     label = label or f"{method} x{workers}"
@@ -325,12 +317,13 @@ def run_single(
     timeout: float = 600,
     label: str | None = None,
     progress: bool = True,
+    live: bool = False,
 ) -> TrainRun:
     """ONE process, plain gradients, whose batch at each step is what ``emulate_ranks``
     ranks of ``args["batch_size"]`` would draw together (Part C's big-batch reference)."""
     args = {**dict(args or {}), "emulate_ranks": emulate_ranks}
     label = label or f"one process, {emulate_ranks} ranks' batches per step"
-    return _tf_run("single", 1, args, save_weights, monitor, interval, timeout, label, progress)
+    return _tf_run("single", 1, args, save_weights, monitor, interval, timeout, label, progress, live)
 
 
 def run_mwms(
@@ -343,9 +336,10 @@ def run_mwms(
     timeout: float = 600,
     label: str | None = None,
     progress: bool = True,
+    live: bool = False,
 ) -> TrainRun:
     """``tf.distribute.MultiWorkerMirroredStrategy`` (RING collective), one process per worker."""
-    return _tf_run("mwms", workers, args, save_weights, monitor, interval, timeout, label, progress)
+    return _tf_run("mwms", workers, args, save_weights, monitor, interval, timeout, label, progress, live)
 
 
 def weights_table(named: Mapping[str, list[np.ndarray]], reference: str | None = None) -> pd.DataFrame:

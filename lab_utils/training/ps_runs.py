@@ -39,6 +39,7 @@ import pandas as pd
 
 from lab_utils import plots
 from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError, TFCluster, tasks_that_fit
+from lab_utils.metrics import watch
 from lab_utils.resources import available_memory_bytes, usable_cores
 from lab_utils.training import loop
 
@@ -294,9 +295,12 @@ def run_ps(
     timeout: float = 600,
     progress: bool = True,
     label: str | None = None,
+    live: bool = False,
 ) -> PSRun:
     """Train with 1 PS + ``workers`` workers running ``script`` (every task runs the
     same file; ``TF_CONFIG`` tells each which task it is) and collect the results.
+    ``monitor`` samples every task's CPU, memory and network; ``live`` shows them as it
+    trains (in JupyterLab a figure redrawn in place; headless, one static figure).
 
     ``args`` become the script's command line (``{"batch_size": 60}`` ->
     ``--batch-size 60``). The run ends by itself: every worker reaches the target
@@ -307,15 +311,8 @@ def run_ps(
     started = time.time()
     t0 = time.monotonic()
     cluster = TFCluster(ps=1, workers=workers, script=script, args=args, timeout=timeout, progress=progress)
-    mon = None
     with cluster:
-        if monitor:
-            from lab_utils.metrics import Monitor
-
-            with Monitor(cluster=cluster, interval=interval) as mon:
-                cluster.wait()
-        else:
-            cluster.wait()
+        mon = watch(cluster, interval=interval, sample=monitor, live=live)
     wall = time.monotonic() - t0
     results = {task: r for task, r in cluster.results().items() if task.startswith("worker:")}
     missing = [f"worker:{i}" for i in range(workers) if f"worker:{i}" not in results]

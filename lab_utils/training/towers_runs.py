@@ -29,6 +29,7 @@ import pandas as pd
 
 from lab_utils.cluster import ClusterError, TFCluster
 from lab_utils.cluster.job import format_args
+from lab_utils.metrics import watch
 from lab_utils.resources import usable_cores
 from lab_utils.training import allreduce_runs, loop
 from lab_utils.training.allreduce import load_weights_file
@@ -151,7 +152,8 @@ class DeviceRun:
         return html.escape(repr(self))
 
 
-def _launch(method: str, devices: int, args: dict, run_dir: Path, monitor: bool, interval, timeout, progress, label):
+def _launch(method: str, devices: int, args: dict, run_dir: Path, watching: dict, timeout, progress, label):
+    """``watching``: the keyword arguments of :func:`lab_utils.metrics.watch` (interval, sample, live)."""
     cluster = TFCluster(
         ps=0,
         workers=1,
@@ -165,7 +167,7 @@ def _launch(method: str, devices: int, args: dict, run_dir: Path, monitor: bool,
     )
     t0 = time.monotonic()
     with cluster:
-        mon = allreduce_runs.wait_monitored(cluster, monitor, interval)
+        mon = watch(cluster, **watching)
     result = next(iter(cluster.results().values()), None)
     if result is None:
         raise RuntimeError(f"{label}: the task exited 0 without a result; log in {cluster.run_dir}")
@@ -198,11 +200,13 @@ def run_devices(
     timeout: float = 900,
     progress: bool = False,
     label: str | None = None,
+    live: bool = False,
 ) -> DeviceRun:
     """Train AlexNet with ``method`` (single, towers, mirrored) on ``devices`` devices of
     one process; ``args`` go to the task (``batch_size`` per device, ``steps``, ``width``,
     ``dropout``, ``memory_limit_mb``, ...). ``monitor`` samples CPU, memory, network (and
-    GPUs) for the resource table. Out of memory gives a run with ``oom`` True, not an error."""
+    GPUs) for the resource table; ``live`` shows them as it trains (a static figure when
+    headless). Out of memory gives a run with ``oom`` True, not an error."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
     args = {**dict(args or {}), "method": method, "devices": devices}
@@ -218,7 +222,8 @@ def run_devices(
         args["save_weights"] = weights
     label = label or f"{METHOD_LABELS[method]}, {devices} device(s), batch {args.get('batch_size', 64)}"
     try:
-        result, events, wall, mon = _launch(method, devices, args, run_dir, monitor, interval, timeout, progress, label)
+        watching = {"interval": interval, "sample": monitor, "live": live}
+        result, events, wall, mon = _launch(method, devices, args, run_dir, watching, timeout, progress, label)
     except ClusterError as exc:
         if exc.exit_code not in (-9, 137):
             raise

@@ -143,6 +143,26 @@ def test_ci_run_is_quiet_and_uses_this_python(lab, ci_run):
         assert re.search(pattern, _printed(nb), re.M), pattern
 
 
+def _figures_missing(nb, source) -> tuple[list[str], list[str]]:
+    """(ids of the cells tagged ``figure`` in ``source``, those of them without an image in
+    ``nb``): cells whose figure the lab's text announces, matched by cell id (autograding
+    may clear cell metadata)."""
+    tagged = [c.id for c in source.cells if "figure" in c.metadata.get("tags", [])]
+    shown = {c.id for c in nb.cells if any("image/png" in o.get("data", {}) for o in c.get("outputs", []))}
+    return tagged, [i for i in tagged if i not in shown]
+
+
+def test_every_promised_figure_is_shown(lab, ci_run):
+    _, out = ci_run
+    tagged, missing = _figures_missing(nbformat.read(out / f"{lab}.ipynb", as_version=4), _source(lab))
+    assert len(tagged) >= 2, "tag the cells whose figure the lab's text announces with 'figure'"
+    assert missing == [], f"cells tagged 'figure' without an image under papermill: {missing}"
+
+
+def _source(lab: str):
+    return nbformat.read(_paths(lab)[0], as_version=4)
+
+
 @pytest.fixture(scope="module")
 def course(lab, tmp_path_factory):
     """A temporary course: release, then autograde the release with the instructor's
@@ -180,6 +200,8 @@ def test_source_autogrades_to_full_marks(lab, course):
     assert not short, f"autograded cells below full marks: {short}"
     for pattern in LABS[lab]["prints"]:
         assert re.search(pattern, _printed(graded), re.M), pattern
+    _, missing = _figures_missing(graded, _source(lab))
+    assert missing == [], f"cells tagged 'figure' without an image when graded: {missing}"
     result = json.loads((root / "results" / "solution" / f"{lab}.json").read_text())
     assert result["flags"] == [] and {c["status"] for c in result["cells"]} == {"passed"}, result
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from collections import namedtuple
@@ -651,6 +652,26 @@ def test_live_when_headless_never_builds_a_widget(monkeypatch, capsys):
     with pytest.raises(ValueError, match="every"):
         mon.live(every=0.01)
     assert capsys.readouterr().err == ""
+
+
+def test_watch_samples_until_the_job_ends_and_shows_it_only_when_asked(monkeypatch):
+    monkeypatch.setenv("LABS_HEADLESS", "1")
+
+    class Job:  # a cluster that trains for 0.3 s
+        done = False
+
+        def task_pids(self):
+            return {"worker:0": os.getpid()}
+
+        def wait(self):
+            time.sleep(0.3)
+            self.done = True
+
+    job = Job()
+    mon = metrics.watch(job, interval=0.1)
+    assert job.done and not mon.running and mon.stop_time is not None
+    assert mon.sampler.samples >= 2 and mon.view is None  # sampled, nothing shown
+    assert metrics.watch(Job(), interval=0.1, live=True).view == "static"  # headless: one figure at the end
 
 
 def test_terminal_mode_prints_dstat_columns(capsys):
