@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import psutil
 
@@ -79,7 +80,7 @@ def launched_headless(proc: psutil.Process, depth: int = 4) -> bool:
             proc = proc.parent()
             if proc is None:
                 break
-            cmd = " ".join(proc.cmdline()).lower()
+            cmd = _program(proc.cmdline())
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             break
         if any(word in cmd for word in _HEADLESS_WORDS):
@@ -87,6 +88,14 @@ def launched_headless(proc: psutil.Process, depth: int = 4) -> bool:
         if any(word in cmd for word in _FRONTEND_WORDS):
             return False
     return True
+
+
+def _program(argv: list[str]) -> str:
+    """What a process runs, as ``launched_headless`` matches it: the base names of its
+    interpreter, script or ``-m`` module and subcommand, joined by "-" ("python-jupyter-lab"),
+    never its other arguments (a folder named after pytest is no test runner)."""
+    words = [Path(a).name for a in argv[:4] if a == "-m" or not a.startswith("-")][:3]
+    return "-".join(words).lower()
 
 
 class _Text:

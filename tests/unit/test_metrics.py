@@ -724,6 +724,9 @@ class _Anc:
         (["/opt/hub/bin/jupyterhub-singleuser"], False),
         (["/usr/bin/python some_script.py"], True),  # unknown launcher: static figure
         ([], True),
+        # JupyterLab serving a folder whose path names a headless runner: still a frontend
+        (["/v/bin/python /v/bin/jupyter lab --ServerApp.root_dir=/tmp/pytest-of-root/papermill0"], False),
+        (["/usr/bin/python -m papermill /home/jupyter-lab-fan/in.ipynb out.ipynb"], True),
     ],
 )
 def test_kernel_launcher_decides_headless(chain, expected):
