@@ -1,0 +1,74 @@
+"""Peak memory of each lab, run as a student runs it: the numbers behind a class's per-user
+memory limit (deploy/README.md, deploy/jupyterhub/values.yaml). JSON out.
+
+    python bench/bench_lab_memory.py [--labs 01,02] [--full] [--out memory.json]
+
+Each lab runs headless with papermill (``python -m lab_utils.run_labs``: the CI parameters,
+or with ``--full`` the notebook's own defaults, a student's full run) inside a cgroup of its
+own (:class:`lab_utils.grading.sandbox.Sandbox`), and the cgroup's high-water mark is
+reported: the kernel, every cluster task it started and the page cache they touched, all
+together, which is what a container's memory limit counts. Needs root (cgroups); the
+limit set here (``--limit-mb``) is only a safety net far above what a lab needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lab_utils import grading
+from lab_utils.grading.sandbox import Sandbox, cgroup_support
+
+MB = 2**20
+
+
+def measure(lab: str, full: bool, limit_mb: int, timeout_s: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+        argv = [sys.executable, "-m", "lab_utils.run_labs", "--labs", lab[:2], "--out", tmp, "--no-progress"]
+        box = Sandbox(f"mem{lab[:2]}", memory_mb=limit_mb, cpus=2, max_processes=4096, network="host", isolate=True)
+        t0 = time.monotonic()
+        try:
+            box.start(argv + (["--full"] if full else []), log=Path(tmp) / "run.log")
+            rc = box.wait(timeout=timeout_s)
+            peak = box.peak_memory_bytes()
+            box.sweep(settle_s=5)
+            tail = (Path(tmp) / "run.log").read_text(errors="replace").splitlines()[-5:]
+        finally:
+            box.close()
+    return {
+        "params": "full" if full else "ci",
+        "exit": rc,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "peak_mb": None if peak is None else round(peak / MB),
+        **({"log_tail": tail} if rc != 0 else {}),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--labs", default="", help="comma-separated labs (default: all)")
+    parser.add_argument("--full", action="store_true", help="the notebooks' own defaults (a student's full run)")
+    parser.add_argument("--limit-mb", type=int, default=12288, help="the cgroup's limit: a safety net only")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per lab")
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args(argv)
+    if cgroup_support() is None:
+        print("bench_lab_memory: needs root and cgroups (memory, pids, cpu) to measure a lab's peak", file=sys.stderr)
+        return 2
+    out = {"labs": {}}
+    for lab in grading.resolve_labs([x for x in args.labs.split(",") if x], grading.source_labs()):
+        out["labs"][lab] = measure(lab, args.full, args.limit_mb, args.timeout)
+        print(f"{lab}: {out['labs'][lab]}", file=sys.stderr, flush=True)
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,318 @@
+"""The labs as students meet them: JupyterLab from `make lab`, in a real browser (headless
+Chromium driven by Playwright), every cell run through the UI.
+
+- Lab 1 as a student hands it in (the release with the solutions filled in) and Lab 2's
+  instructor notebook, both with the CI parameters: no cell shows an error or stderr, every
+  figure the text promises is there, and Lab 2's live metrics view changes while its
+  cluster trains;
+- the Interrupt button stops a training cluster, and nothing is left running;
+- JupyterLab stops on Ctrl-C, and nothing of it, its kernels, clusters or TensorBoard is left.
+
+Screenshots are kept in ``out/browser/`` (git-ignored) as artefacts. Skipped, saying why,
+when there is no Chromium (``make setup`` installs Debian's when it runs as root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+from lab_utils.grading import course
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+import crafted  # noqa: E402
+
+pytestmark = [pytest.mark.notebook, pytest.mark.browser]
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "out" / "browser"
+URL = re.compile(r"(http://127\.0\.0\.1:\d+)/lab\?token=([0-9a-f]+)")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+STDERR = "application/vnd.jupyter.stderr"
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.25)  # polling a log, the page or the process table under a deadline
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _write(nb, path: Path, params: dict) -> Path:
+    """``nb`` with ``params`` injected after its parameters cell, as papermill does."""
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    nbformat.write(parameterize_notebook(load_notebook_node(str(path)), params), path)
+    return path
+
+
+INTERRUPT_SOURCE = """from lab_utils.grading import reference_script
+from lab_utils.training import ps_runs
+# a run far longer than this test waits: the Interrupt button must stop it
+ps_runs.run_ps(reference_script("02_ps_async", "train_async.py"), workers=2,
+               args={"epochs": 200, "eval_every": 0}, live=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def notebooks(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("browser") / "labs"
+    ci = {lab: course.lab_settings(lab)["ci"] for lab in ("01_single_node", "02_ps_async")}
+    lab1 = _write(
+        crafted.correct("01_single_node"), folder / "01_single_node" / "01_single_node.ipynb", ci["01_single_node"]
+    )
+    source = nbformat.read(course.source_notebook("02_ps_async"), as_version=4)
+    lab2 = _write(source, folder / "02_ps_async" / "02_ps_async.ipynb", ci["02_ps_async"])
+    stop = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(INTERRUPT_SOURCE)])
+    stop.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    interrupt = folder / "interrupt.ipynb"
+    nbformat.write(stop, interrupt)
+    shutil.copy2(ROOT / "labs" / "README.md", folder / "README.md")
+    return folder, {"lab1": lab1, "lab2": lab2, "interrupt": interrupt}
+
+
+def _descendants(pid: int) -> list[str]:
+    try:
+        return [" ".join(p.cmdline())[:150] for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _stray(folder: Path) -> list[str]:
+    """Processes anywhere (orphans included) started for these notebooks: kernels, cluster
+    tasks, TensorBoard."""
+    needles = (str(folder), "train_async.py", "tensorboard.main")
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if any(n in cmd for n in needles) and p.pid != os.getpid() and "pytest" not in cmd:
+            found.append(f"{p.pid}: {cmd[:150]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(notebooks, tmp_path_factory):
+    folder, _ = notebooks
+    home = tmp_path_factory.mktemp("lab-home")
+    settings = home / "settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    # every cell in the page (not only those scrolled into view), so the test can read them all
+    (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    log = home / "lab.log"
+    env = dict(
+        os.environ,
+        NOTEBOOKS=str(folder),
+        PORT="",
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
+        LABS_OFFLINE="1",  # the kernels and their tasks use the MNIST sample: never a download
+    )
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["make", "-s", "lab"],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            restore_signals=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    try:
+        base, token = _wait_for(
+            lambda: URL.search(log.read_text(errors="replace")), 240, "the URL of `make lab`"
+        ).groups()
+        yield base, token, proc
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a student stops it
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text[-3000:]
+    _wait_for(lambda: not _stray(folder), 30, f"every kernel, task and server to exit: {_stray(folder)}")
+
+
+@pytest.fixture(scope="module")
+def playwright_api():
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH: make setup installs Debian's when it runs as root with apt-get")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (requirements/dev.in) is not installed")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as pw:
+        yield pw
+
+
+@pytest.fixture
+def browser(playwright_api, jupyterlab):
+    """A browser for one test; when it ends, its notebooks' kernels are shut down, as a
+    student closing them would (Kernel > Shut Down), and the browser is closed."""
+    # as root (CI) Chromium refuses to start without --no-sandbox
+    b = playwright_api.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"] if os.geteuid() == 0 else [])
+    try:
+        yield b
+    finally:
+        b.close()
+        _shut_down_kernels(*jupyterlab[:2])
+
+
+def _api(base: str, token: str, path: str, method: str = "GET"):
+    req = urllib.request.Request(f"{base}{path}", method=method, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        body = resp.read()
+    return json.loads(body) if body else None
+
+
+def _shut_down_kernels(base: str, token: str) -> None:
+    for kernel in _api(base, token, "/api/kernels"):
+        _api(base, token, f"/api/kernels/{kernel['id']}", method="DELETE")
+
+
+def _open(browser, jupyterlab, path: Path, folder: Path):
+    base, token, _ = jupyterlab
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(
+        f"{base}/lab/tree/{path.relative_to(folder).as_posix()}?token={token}&reset"
+    )  # a fresh workspace: only this document open
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    _wait_for(lambda: _kernel_idle(page), 120, "the kernel to start")
+    return page
+
+
+def _kernel_idle(page) -> bool:
+    return page.evaluate(
+        "() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');"
+        " return !!s && s.getAttribute('data-status') === 'idle'; }"
+    )
+
+
+def _run_all(page) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
+    page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click()
+
+
+def _prompts(page) -> list[str]:
+    return page.eval_on_selector_all(".jp-CodeCell .jp-InputArea-prompt", "els => els.map(e => e.textContent.trim())")
+
+
+def _finished(page) -> bool:
+    prompts = _prompts(page)
+    return bool(prompts) and all(re.fullmatch(r"\[\d+\]:", p) for p in prompts) and _kernel_idle(page)
+
+
+def _problems(page) -> list[str]:
+    """Text of every stderr or error output on the page."""
+    return page.eval_on_selector_all(f'[data-mime-type="{STDERR}"]', "els => els.map(e => e.textContent.slice(0, 300))")
+
+
+def _figure_cells_without_image(page, path: Path) -> list[int]:
+    tagged = [
+        i for i, c in enumerate(nbformat.read(path, as_version=4).cells) if "figure" in c.metadata.get("tags", [])
+    ]
+    has_image = page.eval_on_selector_all(
+        ".jp-Notebook .jp-Cell", "els => els.map(e => !!e.querySelector('.jp-OutputArea img'))"
+    )
+    return [i for i in tagged if i >= len(has_image) or not has_image[i]]
+
+
+def _run_notebook(browser, jupyterlab, notebooks, key: str, timeout: float, during=None):
+    folder, paths = notebooks
+    page = _open(browser, jupyterlab, paths[key], folder)
+    _run_all(page)
+    if during is not None:
+        during(page)
+    _wait_for(lambda: _finished(page), timeout, f"every cell of {paths[key].name} to run")
+    page.screenshot(path=str(ARTIFACTS / f"{key}.png"), full_page=True)
+    return page, paths[key]
+
+
+def test_the_course_map_opens_rendered(browser, jupyterlab, notebooks):
+    folder, _ = notebooks
+    base, token, _ = jupyterlab
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{base}/lab/tree/README.md?token={token}&reset")  # a fresh workspace: only this document open
+    heading = page.locator(".jp-RenderedMarkdown h1").first  # a Markdown preview, not the text editor
+    heading.wait_for(timeout=60_000)
+    assert "Course map" in heading.inner_text()
+    assert page.locator(".jp-RenderedMarkdown table a").count() >= 5  # one link per lab
+    page.screenshot(path=str(ARTIFACTS / "course-map.png"))
+    page.close()
+
+
+def test_lab1_as_a_student_hands_it_in_runs_clean_with_its_figures(browser, jupyterlab, notebooks):
+    page, path = _run_notebook(browser, jupyterlab, notebooks, "lab1", 300)
+    assert _problems(page) == []
+    assert _figure_cells_without_image(page, path) == []
+    assert page.locator("iframe").count() >= 1  # live TensorBoard, served on a free port
+    page.close()
+
+
+def test_lab2_shows_its_metrics_live_while_the_cluster_trains(browser, jupyterlab, notebooks):
+    frames = []
+
+    def watch_live_view(page):
+        # Monitor.live(): an ipywidgets Image drawn when the cluster starts, redrawn while it trains and
+        # once more when it stops, so the first view's picture must change
+        live = page.locator(".widget-image").first
+        live.wait_for(timeout=240_000)
+        first = live.get_attribute("src")
+        live.screenshot(path=str(ARTIFACTS / "lab2-live-1.png"))
+        _wait_for(lambda: live.get_attribute("src") != first, 120, "the live metrics view to redraw")
+        live.screenshot(path=str(ARTIFACTS / "lab2-live-2.png"))
+        frames.extend([first, live.get_attribute("src")])
+
+    page, path = _run_notebook(browser, jupyterlab, notebooks, "lab2", 600, during=watch_live_view)
+    assert len(frames) == 2 and frames[0] != frames[1]
+    assert _problems(page) == []
+    assert _figure_cells_without_image(page, path) == []
+    page.close()
+
+
+def test_the_interrupt_button_stops_a_training_cluster(browser, jupyterlab, notebooks):
+    folder, paths = notebooks
+    page = _open(browser, jupyterlab, paths["interrupt"], folder)
+    _run_all(page)
+    kernel = _wait_for(lambda: _training_kernel(), 120, "the cluster's tasks to start")
+    label = page.locator(".widget-html-content", has_text="metrics running")  # the live view's own line
+    _wait_for(lambda: _samples(label) >= 6, 120, "the live view to show the cluster training")
+    page.locator('.jp-NotebookPanel-toolbar [data-jp-item-name="interrupt"]').first.click()  # the square button
+    _wait_for(lambda: _finished(page), 60, "the interrupted cell to end")
+    page.screenshot(path=str(ARTIFACTS / "interrupt.png"), full_page=True)
+    assert "KeyboardInterrupt" in page.inner_text(".jp-OutputArea")
+    _wait_for(lambda: not [c for c in _descendants(kernel) if "train_async.py" in c], 30, "the cluster to stop")
+    assert not [s for s in _stray(folder) if "train_async.py" in s]  # no orphan either
+    page.close()
+
+
+def _samples(label) -> int:
+    found = re.search(r"metrics running: (\d+) samples", label.inner_text()) if label.count() else None
+    return int(found.group(1)) if found else 0
+
+
+def _training_kernel() -> int | None:
+    """The kernel whose cluster is training (its workers wrote step events)."""
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        if "ipykernel_launcher" in " ".join(p.info["cmdline"] or []):
+            if sum("train_async.py" in c for c in _descendants(p.pid)) >= 3:  # the PS and two workers
+                return p.pid
+    return None

@@ -1,0 +1,71 @@
+"""binder/postBuild, run the way repo2docker runs it: in a fresh environment that already
+holds the locked stack (repo2docker's pip step), from the repository's root, `set -e`."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.process
+
+ROOT = Path(__file__).resolve().parents[2]
+#: what repo2docker's context holds that postBuild touches
+COPIED = ["binder", "scripts", "requirements", "lab_utils", "pyproject.toml", "README.md"]
+
+
+def test_postbuild_installs_lab_utils_and_horovod(tmp_path):
+    repo = tmp_path / "repo"
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, repo / name)
+    env_dir = tmp_path / "env"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    site = next((env_dir / "lib").glob("python3.*/site-packages"))
+    # the locked stack that repo2docker installs from binder/requirements.txt before postBuild:
+    # this test environment's, reached through a .pth instead of copied (TensorFlow is 1.6 GB)
+    (site / "locked_stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python = env_dir / "bin" / "python"
+    path = f"{env_dir / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin"
+    proc = subprocess.run(
+        ["bash", str(repo / "binder" / "postBuild")],
+        cwd=repo,
+        env={"PATH": path, "HOME": str(Path.home()), "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "horovod OK: TensorFlow, MPI and Gloo" in proc.stdout
+    where = subprocess.run(
+        [str(python), "-c", "import lab_utils, horovod.tensorflow; print(lab_utils.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert where.returncode == 0, where.stderr[-2000:]
+    assert where.stdout.strip() == str(repo / "lab_utils" / "__init__.py")  # installed from the repository, editable
+    overrides = env_dir / "share/jupyter/lab/settings/overrides.json"  # Markdown opens rendered: the course map
+    assert overrides.read_text() == (ROOT / "scripts/jupyterlab-overrides.json").read_text()
+    server = subprocess.run(  # the server's own view of its configuration: it opens on the course map
+        [
+            str(python),
+            "-c",
+            "from jupyter_server.serverapp import ServerApp; a = ServerApp(); a.load_config_file(); "
+            "print(a.default_url)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert server.stdout.strip() == "/lab/tree/labs/README.md", server.stderr[-2000:]

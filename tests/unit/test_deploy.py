@@ -1,0 +1,295 @@
+"""What a class meets, checked without Docker or a Kubernetes cluster (deploy/README.md).
+
+- Binder follows repo2docker's conventions and installs the same lock as every other way in;
+- the student image's build context, computed with Docker's own .dockerignore rules, and the
+  installed ``lab_utils`` package hold no solution and no hidden test; the instructor image
+  adds the course; every nbgrader plugin the images switch exists;
+- the Zero to JupyterHub values fit the labs' largest default cluster by lab_utils' own rule,
+  and offer the instructor image to instructors only.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+import yaml
+
+from lab_utils.cluster.process import task_bytes
+from lab_utils.grading import leaks
+
+ROOT = Path(__file__).resolve().parents[2]
+TF_PIN = "2.15.1"
+DEPLOY = ROOT / "deploy"
+
+
+# ---------------------------------------------------------------------- Binder and the lock
+def test_binder_follows_repo2docker_conventions():
+    binder = ROOT / "binder"
+    # once binder/ exists repo2docker ignores the root; an environment.yml here would win over requirements.txt
+    assert not (binder / "environment.yml").exists()
+    assert (binder / "runtime.txt").read_text().strip() == "python-3.11"
+    assert {"openmpi-bin", "libopenmpi-dev", "g++"} <= set((binder / "apt.txt").read_text().split())
+    post = binder / "postBuild"
+    text = post.read_text()
+    assert os.access(post, os.X_OK) and text.startswith("#!/usr/bin/env bash")
+    assert re.search(r"^set -e", text, re.M), "postBuild must stop at the first failing step"
+    assert not re.search(r"\b(sudo|apt-get)\b", text), "postBuild runs as the notebook user, without root"
+    assert "pip install" in text and "scripts/build-horovod.sh" in text
+    start = binder / "start"
+    code = [line for line in start.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert os.access(start, os.X_OK) and code[-1].strip() == 'exec "$@"'
+
+
+def _requirement_names(path: Path) -> set[str]:
+    names = set()
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            names.add(re.split(r"[<>=!\[ ]", line, maxsplit=1)[0].lower().replace("_", "-"))
+    return names
+
+
+def test_every_way_in_installs_the_same_locked_stack():
+    ways = {
+        "make setup": ROOT / "scripts" / "setup.sh",
+        "binder": ROOT / "binder" / "requirements.txt",
+        "conda": ROOT / "environment.yml",
+        "student image": DEPLOY / "student" / "Dockerfile",
+    }
+    for way, path in ways.items():
+        text = path.read_text()
+        assert "constraints.txt" in text and "base.in" in text, f"{way} ({path.name}) does not install the lock"
+        pins = set(re.findall(r"tensorflow(?:-cpu|\[and-cuda\])?==([\d.]+)", text)) | set(
+            re.findall(r"TF_VERSION=([\d.]+)", text)
+        )
+        assert pins == {TF_PIN}, f"{way} pins TensorFlow {pins}"
+        assert "dev.in" not in text or way == "make setup", f"{way} installs the test tools"
+    locked = {
+        line.split("==")[0].lower().replace("_", "-")
+        for line in (ROOT / "requirements/constraints.txt").read_text().splitlines()
+        if "==" in line
+    }
+    for name in ("base.in", "dev.in"):
+        missing = _requirement_names(ROOT / "requirements" / name) - locked
+        assert not missing, f"requirements/{name} names {missing}, which the lock does not pin: run make lock"
+
+
+# ---------------------------------------------------------------------- the images
+def _context(dockerfile: Path) -> set[str]:
+    """The files ``docker build -f dockerfile .`` sends from the repository root, by Docker's
+    rules for ``<Dockerfile>.dockerignore`` (docker-py's implementation)."""
+    from docker.utils.build import exclude_paths
+
+    ignore = dockerfile.with_name(dockerfile.name + ".dockerignore")
+    patterns = [line.strip() for line in ignore.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    paths = exclude_paths(str(ROOT), patterns, dockerfile=str(dockerfile.relative_to(ROOT)))
+    return {p for p in paths if (ROOT / p).is_file()}
+
+
+def _copied(dockerfile: Path) -> list[str]:
+    """The sources of the Dockerfile's COPY instructions (not --from stages)."""
+    sources = []
+    for line in re.findall(r"^COPY (.+)$", dockerfile.read_text(), re.M):
+        words = [w for w in line.split() if not w.startswith("--")]
+        sources += words[:-1]
+    return sources
+
+
+@pytest.fixture(scope="module")
+def student_context():
+    pytest.importorskip("docker", reason="docker-py (requirements/dev.in) computes the build context")
+    return _context(DEPLOY / "student" / "Dockerfile")
+
+
+def test_the_student_image_gets_what_students_need_and_nothing_of_the_course(student_context):
+    ctx = student_context
+    needed = ["lab_utils/__init__.py", "requirements/constraints.txt", "requirements/base.in", "pyproject.toml"]
+    needed += ["scripts/build-horovod.sh", "deploy/student/copy-labs.sh", "labs/README.md"]
+    needed += [f"labs/{lab}/{lab}.ipynb" for lab in sorted(p.name for p in (ROOT / "grading/source").iterdir())]
+    assert not [p for p in needed if p not in ctx], "the student image lacks files it needs"
+    banned = [p for p in ctx if p.startswith(("grading/", "tests/", "bench/", ".git/", ".venv/"))]
+    assert not banned, banned
+    for src in _copied(DEPLOY / "student" / "Dockerfile"):  # every COPY finds its files in the context
+        assert any(p == src.rstrip("/") or p.startswith(src.rstrip("/") + "/") for p in ctx), src
+    found = leaks.find_leaks([ROOT / p for p in sorted(ctx)], leaks.source_notebooks())
+    assert not found, [f"{x.path}: {x.secret.cell}" for x in found]
+
+
+def test_the_installed_package_holds_no_solution(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    wheel = next(tmp_path.glob("lab_utils-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        z.extractall(tmp_path / "unpacked")
+    assert all(n.startswith(("lab_utils/", "lab_utils-")) for n in names), [n for n in names if "lab_utils" not in n]
+    assert "lab_utils/grading/cells.py" in names  # the helpers test cells import ship ...
+    found = leaks.find_leaks(sorted((tmp_path / "unpacked").rglob("*.py")), leaks.source_notebooks())
+    assert not found, [f"{x.path}: {x.secret.cell}" for x in found]  # ... and no solution with them
+
+
+def test_the_instructor_image_adds_the_course_but_not_its_state():
+    pytest.importorskip("docker", reason="docker-py (requirements/dev.in) computes the build context")
+    dockerfile = DEPLOY / "instructor" / "Dockerfile"
+    ctx = _context(dockerfile)
+    assert {f"grading/source/{p.name}/{p.name}.ipynb" for p in (ROOT / "grading/source").iterdir()} <= ctx
+    assert "grading/nbgrader_config.py" in ctx and "grading/settings.yml" in ctx
+    state = (
+        "grading/gradebook.db",
+        "grading/submitted/",
+        "grading/autograded/",
+        "grading/feedback/",
+        "grading/results/",
+    )
+    assert not [p for p in ctx if p.startswith(state)]
+    assert re.search(r"^FROM \$\{STUDENT_IMAGE\}", dockerfile.read_text(), re.M)
+
+
+def test_the_nbgrader_plugins_the_images_switch_exist():
+    installed = Path(sys.prefix) / "share/jupyter/labextensions/@jupyter/nbgrader"
+    known = {m for f in installed.rglob("*.js") for m in re.findall(r"nbgrader:[a-z-]+", f.read_text(errors="replace"))}
+    assert known, f"no nbgrader lab extension under {installed}"
+    for image in ("student", "instructor"):
+        text = (DEPLOY / image / "Dockerfile").read_text()
+        plugins = re.search(r"for plugin in ([a-z\- \\\n]+); do", text).group(1).replace("\\", " ").split()
+        assert plugins and {f"nbgrader:{p}" for p in plugins} <= known, (image, set(plugins))
+        assert "nbgrader.server_extensions.formgrader" in text
+
+
+def test_the_start_hook_copies_the_labs_once_and_never_over_a_students_work(tmp_path):
+    opt = tmp_path / "opt"
+    (opt / "labs" / "01_x").mkdir(parents=True)
+    (opt / "labs" / "01_x" / "01_x.ipynb").write_text("release")
+    (opt / "labs" / "README.md").write_text("map")
+    (opt / "labs" / "params.yml").write_text("{}")
+    script = (DEPLOY / "student" / "copy-labs.sh").read_text().replace("/opt/labs", str(opt))
+    home = tmp_path / "home"
+    home.mkdir()
+
+    def run():
+        subprocess.run(["bash", "-c", script], env={"HOME": str(home), "PATH": os.environ["PATH"]}, check=True)
+
+    run()
+    assert (home / "labs/01_x/01_x.ipynb").read_text() == "release" and (home / "labs/README.md").is_file()
+    (home / "labs/01_x/01_x.ipynb").write_text("my work")
+    (opt / "labs" / "02_y").mkdir()
+    (opt / "labs" / "02_y" / "02_y.ipynb").write_text("new lab")
+    run()
+    assert (home / "labs/01_x/01_x.ipynb").read_text() == "my work"  # never overwritten
+    assert (home / "labs/02_y/02_y.ipynb").read_text() == "new lab"  # a lab added later arrives
+
+
+# ---------------------------------------------------------------------- JupyterHub
+@pytest.fixture(scope="module")
+def values():
+    return yaml.safe_load((DEPLOY / "jupyterhub" / "values.yaml").read_text())
+
+
+def _k8s_bytes(quantity) -> int:
+    units = {"K": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    number, unit = re.fullmatch(r"([\d.]+)([KMG]i?)?", str(quantity)).groups()
+    return int(float(number) * units.get(unit, 1))
+
+
+def _defaults(lab: str) -> dict:
+    """The parameters cell of ``lab``'s instructor notebook: a student's full run."""
+    cell = nbformat.read(ROOT / "grading/source" / lab / f"{lab}.ipynb", as_version=4).cells[1]
+    found = {}
+    for node in ast.parse(cell.source).body:
+        if isinstance(node, ast.Assign):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:  # a computed default (a comprehension): not a cluster size
+                continue
+            found.update({t.id: value for t in node.targets if isinstance(t, ast.Name)})
+    return found
+
+
+#: TensorFlow processes at once in each lab's largest default cluster
+LARGEST_CLUSTER = {
+    "02_ps_async": lambda p: 1 + max(p["WORKERS"]),  # 1 PS + workers
+    "03_ps_sync": lambda p: 1 + p["WORKERS"],
+    "04_allreduce": lambda p: 1 + max(p["SCALING_NP"]),  # ranks + horovodrun (or 1 PS + workers)
+    "05_alexnet": lambda p: 1 + max(p["HVD_NP"]),
+}
+#: the notebook's kernel with TensorFlow, pandas and matplotlib imported (measured: bench_lab_memory)
+KERNEL_BYTES = 700 * 2**20
+
+
+def test_the_memory_limit_holds_every_labs_largest_default_cluster(values):
+    memory, cpu = values["singleuser"]["memory"], values["singleuser"]["cpu"]
+    limit = _k8s_bytes(memory["limit"])
+    assert _k8s_bytes(memory["guarantee"]) <= limit and cpu["guarantee"] <= cpu["limit"]
+    for lab, tasks in LARGEST_CLUSTER.items():
+        need = KERNEL_BYTES + tasks(_defaults(lab)) * task_bytes()
+        assert need <= limit, f"{lab}: its default run needs {need / 2**30:.1f} GB, the limit is {limit / 2**30:.1f} GB"
+    assert cpu["limit"] >= 2  # a PS and its workers need two cores to show what the labs measure
+
+
+def test_only_instructors_are_offered_the_instructor_image(values):
+    hub = values["hub"]
+    c = SimpleNamespace(KubeSpawner=SimpleNamespace())
+    exec(compile(hub["extraConfig"]["10-instructor-profile"], "values.yaml:extraConfig", "exec"), {"c": c})  # noqa: S102
+    profiles = c.KubeSpawner.profile_list
+
+    def offered(*groups):
+        user = SimpleNamespace(groups=[SimpleNamespace(name=g) for g in groups])
+        return profiles(SimpleNamespace(user=user))
+
+    assert "instructor" not in repr(offered()) and "instructor" not in repr(offered("students"))
+    teacher = offered("instructors")
+    assert len(teacher) == 2 and "dl-labs-instructor" in teacher[1]["kubespawner_override"]["image"]
+    assert "instructors" in hub["config"]["JupyterHub"]["load_groups"]
+    assert values["singleuser"]["defaultUrl"] == "/lab/tree/labs/README.md" and (ROOT / "labs/README.md").is_file()
+    mount = values["singleuser"]["storage"]["extraVolumes"][0]["persistentVolumeClaim"]["claimName"]
+    pvc = yaml.safe_load((DEPLOY / "jupyterhub" / "exchange-pvc.yaml").read_text())
+    assert pvc["kind"] == "PersistentVolumeClaim" and pvc["metadata"]["name"] == mount
+    assert "ReadWriteMany" in pvc["spec"]["accessModes"]
+    assert values["cull"]["enabled"] is True and values["cull"]["timeout"] <= 3600
+
+
+def test_the_values_validate_against_the_charts_schema(values):
+    chart = os.environ.get("Z2JH_CHART_DIR")
+    if not chart:
+        pytest.skip(
+            "Z2JH_CHART_DIR is not set: no unpacked jupyterhub chart to validate against (see deploy/README.md)"
+        )
+    import jsonschema
+
+    chart = Path(chart)
+    schema_file = next(p for p in (chart / "values.schema.json", chart / "values.schema.yaml") if p.is_file())
+    schema = yaml.safe_load(schema_file.read_text())
+
+    def merge(base, over):  # helm: maps merge, everything else is replaced
+        if isinstance(base, dict) and isinstance(over, dict):
+            return {**base, **{k: merge(base.get(k), v) for k, v in over.items()}}
+        return over
+
+    merged = merge(yaml.safe_load((chart / "values.yaml").read_text()), values)
+    errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft7Validator(schema).iter_errors(merged)]
+    assert not errors, errors
