@@ -1,9 +1,9 @@
 """The turn-taking between the grading batch and one sandbox's worker: two pipes.
 
-The batch keeps ``jobs`` notebooks executing at once and lets the next sandbox
-prepare meanwhile (worker start, private course, mounts, nbgrader's bookkeeping),
-so that this work, and the feedback of the one before, hide behind a running
-notebook instead of adding to the batch's wall time::
+The batch keeps notebooks executing on ``jobs`` cores at once (each takes its lab's
+``cpus``) and lets the next sandboxes prepare meanwhile (worker start, private course,
+mounts, nbgrader's bookkeeping), so that this work, and the feedback of the ones
+before, hide behind running notebooks instead of adding to the batch's wall time::
 
     gate = Gate()
     box.start(argv, ..., pass_fds=gate.worker_fds)   # spec: gate.worker_spec()
@@ -12,8 +12,8 @@ notebook instead of adding to the batch's wall time::
         gate.go()                                    # its kernel may start now
         gate.wait_for(EXECUTED, timeout=limit)       # the notebook is done
 
-How many may execute, or prepare ahead, at once are :class:`Turns` (a counting
-semaphore that a stopping batch opens for good). The worker's side is
+How many cores execute, and how many sandboxes prepare ahead, are :class:`Turns` (a
+counting semaphore, taken several at a time, that a stopping batch opens for good). The worker's side is
 :class:`~lab_utils.grading.execute.SandboxExecute` (its
 ``go_fd`` and ``note_fd``): it says ``ready`` just before it starts the kernel, waits
 for the go, and says ``executed`` once the kernel is shut down. The pipes are
