@@ -18,10 +18,7 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -33,23 +30,14 @@ from lab_utils.grading import course
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import crafted  # noqa: E402
+import make_lab  # noqa: E402
 
 pytestmark = [pytest.mark.notebook, pytest.mark.browser]
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "out" / "browser"
-URL = re.compile(r"(http://127\.0\.0\.1:\d+)/lab\?token=([0-9a-f]+)")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 STDERR = "application/vnd.jupyter.stderr"
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.25)  # polling a log, the page or the process table under a deadline
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def _write(nb, path: Path, params: dict) -> Path:
@@ -125,32 +113,15 @@ def jupyterlab(notebooks, tmp_path_factory):
         JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
         LABS_OFFLINE="1",  # the kernels and their tasks use the MNIST sample: never a download
     )
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            ["make", "-s", "lab"],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            restore_signals=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+    proc, found = make_lab.start(log, env)
     try:
-        base, token = _wait_for(
-            lambda: URL.search(log.read_text(errors="replace")), 240, "the URL of `make lab`"
-        ).groups()
+        base, _, token = found.groups()
         yield base, token, proc
     finally:
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a student stops it
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        make_lab.stop(proc)  # Ctrl-C, as a student stops it
     text = log.read_text(errors="replace")
     assert "Traceback" not in text, text[-3000:]
-    _wait_for(lambda: not _stray(folder), 30, f"every kernel, task and server to exit: {_stray(folder)}")
+    make_lab.wait_for(lambda: not _stray(folder), 30, f"every kernel, task and server to exit: {_stray(folder)}")
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +166,7 @@ def _open(browser, jupyterlab, path: Path, folder: Path):
         f"{base}/lab/tree/{path.relative_to(folder).as_posix()}?token={token}&reset"
     )  # a fresh workspace: only this document open
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    _wait_for(lambda: _kernel_idle(page), 120, "the kernel to start")
+    make_lab.wait_for(lambda: _kernel_idle(page), 120, "the kernel to start")
     return page
 
 
@@ -241,7 +212,7 @@ def _run_notebook(browser, jupyterlab, notebooks, key: str, timeout: float, duri
     _run_all(page)
     if during is not None:
         during(page)
-    _wait_for(lambda: _finished(page), timeout, f"every cell of {paths[key].name} to run")
+    make_lab.wait_for(lambda: _finished(page), timeout, f"every cell of {paths[key].name} to run")
     page.screenshot(path=str(ARTIFACTS / f"{key}.png"), full_page=True)
     return page, paths[key]
 
@@ -277,7 +248,7 @@ def test_lab2_shows_its_metrics_live_while_the_cluster_trains(browser, jupyterla
         live.wait_for(timeout=240_000)
         first = live.get_attribute("src")
         live.screenshot(path=str(ARTIFACTS / "lab2-live-1.png"))
-        _wait_for(lambda: live.get_attribute("src") != first, 120, "the live metrics view to redraw")
+        make_lab.wait_for(lambda: live.get_attribute("src") != first, 120, "the live metrics view to redraw")
         live.screenshot(path=str(ARTIFACTS / "lab2-live-2.png"))
         frames.extend([first, live.get_attribute("src")])
 
@@ -292,14 +263,14 @@ def test_the_interrupt_button_stops_a_training_cluster(browser, jupyterlab, note
     folder, paths = notebooks
     page = _open(browser, jupyterlab, paths["interrupt"], folder)
     _run_all(page)
-    kernel = _wait_for(lambda: _training_kernel(), 120, "the cluster's tasks to start")
+    kernel = make_lab.wait_for(lambda: _training_kernel(), 120, "the cluster's tasks to start")
     label = page.locator(".widget-html-content", has_text="metrics running")  # the live view's own line
-    _wait_for(lambda: _samples(label) >= 6, 120, "the live view to show the cluster training")
+    make_lab.wait_for(lambda: _samples(label) >= 6, 120, "the live view to show the cluster training")
     page.locator('.jp-NotebookPanel-toolbar [data-jp-item-name="interrupt"]').first.click()  # the square button
-    _wait_for(lambda: _finished(page), 60, "the interrupted cell to end")
+    make_lab.wait_for(lambda: _finished(page), 60, "the interrupted cell to end")
     page.screenshot(path=str(ARTIFACTS / "interrupt.png"), full_page=True)
     assert "KeyboardInterrupt" in page.inner_text(".jp-OutputArea")
-    _wait_for(lambda: not [c for c in _descendants(kernel) if "train_async.py" in c], 30, "the cluster to stop")
+    make_lab.wait_for(lambda: not [c for c in _descendants(kernel) if "train_async.py" in c], 30, "the cluster to stop")
     assert not [s for s in _stray(folder) if "train_async.py" in s]  # no orphan either
     page.close()
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -170,15 +171,30 @@ def test_the_instructor_image_adds_the_course_but_not_its_state():
     assert re.search(r"^FROM \$\{STUDENT_IMAGE\}", dockerfile.read_text(), re.M)
 
 
-def test_the_nbgrader_plugins_the_images_switch_exist():
+@pytest.mark.process
+def test_the_images_switch_nbgrader_s_instructor_tools_off_and_on(tmp_path):
+    """The script both images run, at user scope in a scratch config folder: its plugin
+    names exist in the installed nbgrader, and Jupyter then has them off (locked), then on."""
+    from jupyter_server.extension.config import ExtensionConfigManager
+
+    script = DEPLOY / "nbgrader-instructor-tools.sh"
+    for image, action in (("student", "disable"), ("instructor", "enable")):
+        assert f"nbgrader-instructor-tools.sh {action}" in (DEPLOY / image / "Dockerfile").read_text()
     installed = Path(sys.prefix) / "share/jupyter/labextensions/@jupyter/nbgrader"
     known = {m for f in installed.rglob("*.js") for m in re.findall(r"nbgrader:[a-z-]+", f.read_text(errors="replace"))}
-    assert known, f"no nbgrader lab extension under {installed}"
-    for image in ("student", "instructor"):
-        text = (DEPLOY / image / "Dockerfile").read_text()
-        plugins = re.search(r"for plugin in ([a-z\- \\\n]+); do", text).group(1).replace("\\", " ").split()
-        assert plugins and {f"nbgrader:{p}" for p in plugins} <= known, (image, set(plugins))
-        assert "nbgrader.server_extensions.formgrader" in text
+    plugins = set(re.search(r"plugins=\(([^)]+)\)", script.read_text()).group(1).split())
+    assert plugins and plugins <= known, plugins - known
+    env = {**os.environ, "SCOPE": "user", "JUPYTER_CONFIG_DIR": str(tmp_path)}
+    env["PATH"] = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    for action, on in (("disable", False), ("enable", True)):
+        proc = subprocess.run(["bash", str(script), action], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lab = json.loads((tmp_path / "labconfig" / "page_config.json").read_text())
+        assert all(lab["disabledExtensions"][p] is not on and lab["lockedExtensions"][p] is not on for p in plugins)
+        server = ExtensionConfigManager(read_config_path=[str(tmp_path)]).get_jpserver_extensions()
+        assert server["nbgrader.server_extensions.formgrader"] is on, server  # what the server then loads
+    bad = subprocess.run(["bash", str(script), "maybe"], env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and "usage" in bad.stderr
 
 
 def test_the_start_hook_copies_the_labs_once_and_never_over_a_students_work(tmp_path):
