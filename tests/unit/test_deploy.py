@@ -257,6 +257,9 @@ LARGEST_CLUSTER = {
 #: the notebook's kernel with TensorFlow and the full MNIST imported (bench_lab_memory: Lab 1's whole run
 #: peaks at 0.34 GB with the offline sample; the full set adds 0.27 GB)
 KERNEL_BYTES = 600 * 2**20
+#: a student's default run with full-size MNIST and CIFAR-10 (bench_lab_memory.py --full, LABS_DATA_DIR),
+#: its cgroup's peak; 2 cores, 2026-11 (deploy/README.md)
+MEASURED_PEAK_GB = {"02_ps_async": 3.43, "04_allreduce": 2.85, "05_alexnet": 4.67}
 
 
 def test_the_memory_limit_holds_every_labs_largest_default_cluster(values, monkeypatch):
@@ -268,6 +271,8 @@ def test_the_memory_limit_holds_every_labs_largest_default_cluster(values, monke
     for lab, tasks in LARGEST_CLUSTER.items():
         need = KERNEL_BYTES + tasks(_defaults(lab)) * per_task
         assert need <= limit, f"{lab}: its default run needs {need / 1e9:.2f} GB, the limit is {limit / 1e9:.2f} GB"
+    for lab, peak in MEASURED_PEAK_GB.items():  # and what the default runs were measured to hold, with room
+        assert 1.2 * peak * 1e9 <= limit, f"{lab}: a default run peaked at {peak} GB, the limit is {limit / 1e9:.2f} GB"
     assert cpu["limit"] >= 2  # a PS and its workers need two cores to show what the labs measure
 
 
