@@ -16,6 +16,8 @@ One module per job:
   the one resource-fit rule (``tasks_that_fit``, ``check_fit``), ``ClusterError``
 - ``rundir``: run directories, ``state.json``, ``reap`` and ``prune_runs``
 - ``hosts``: how a command starts on a host (local, ssh), free ports
+- ``netem``: emulated hosts (a network namespace per host, shaped links, per-host
+  bytes) built and removed with the job; local with a note without root
 - ``job``: the life cycle every job shares (start, wait, stop, logs, repr)
 - ``tf``: ``TFCluster`` (PS + workers, or ``ps=0``: workers only, for collective
   training) and the task side (``task_config``, ``start_server``)
@@ -29,6 +31,7 @@ kernel's stderr.
 """
 
 from lab_utils.cluster.mpi import MPIJob, split_rank_output
+from lab_utils.cluster.netem import emulated
 from lab_utils.cluster.process import (
     GUARD_MEMORY_BYTES,
     TF_TASK_MEMORY_BYTES,
@@ -43,6 +46,7 @@ from lab_utils.cluster.tf import BIND_FAILED_EXIT, TaskConfig, TFCluster, start_
 __all__ = [
     "TFCluster",
     "MPIJob",
+    "emulated",
     "ClusterError",
     "ResourceError",
     "Task",

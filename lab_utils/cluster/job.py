@@ -37,7 +37,7 @@ from typing import Any
 import psutil
 
 from lab_utils import config, report
-from lab_utils.cluster import rundir
+from lab_utils.cluster import netem, rundir
 from lab_utils.cluster.process import ClusterError, Recorded, Task, create_time, tail, terminate
 from lab_utils.display import StatusLine
 
@@ -115,6 +115,9 @@ class Job:
         self.run_dir: Path | None = None
         self.tasks: list[Task] = []
         self.notes: list[str] = []
+        self.emulate: netem.EmulatedHosts | None = None  # set by subclasses that take hosts=
+        self.network: netem.Network | None = None
+        self.placement: list[int] = []  # task index -> emulated host index
         self.attempts = 0
         self.token = secrets.token_hex(8)  # LABS_JOB of every process this job starts
         self._started_at: float | None = None
@@ -193,6 +196,8 @@ class Job:
             "parent": rundir.parent_record(),
             "tasks": [t.as_state() for t in self.tasks if t.pid],
         }
+        if self.network is not None:
+            data["network"] = self.network.record
         try:
             rundir.write_json_atomic(self.run_dir / "state.json", data)
         except OSError as exc:
@@ -224,6 +229,28 @@ class Job:
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 continue
         return found
+
+    def _build_network(self, n_tasks: int) -> None:
+        """Place the tasks on emulated hosts (``self.emulate``), round-robin, building the
+        network once per start; without root, say in one line that hosts stay local."""
+        if self.emulate is None or self.network is not None:
+            return
+        reason = netem.unavailable_reason()
+        if reason is not None:
+            self._note(
+                f"hosts are not emulated ({reason}): every task runs on this machine and talks over "
+                "loopback, where the network costs nothing"
+            )
+            self.emulate = None
+            return
+        n_hosts = self.emulate.n or n_tasks
+        self.network = netem.Network(self.emulate, n_hosts)
+        self._save_state()  # recorded before anything exists, so reap finds a half-built one
+        self.network.build()
+        for text in self.network.notes:
+            self._note(text)
+        self.placement = [i % n_hosts for i in range(n_tasks)]
+        self._save_state()
 
     # ---- public life cycle
     def start(self) -> Job:
@@ -273,6 +300,8 @@ class Job:
         self._stopped = True
         self._stop_streaming()
         names = [s.name for s in survivors]
+        if self.network is not None:
+            names += self.network.destroy()
         self._save_state("survived" if names else "stopped", names)
         _REGISTRY.discard(self)
         if names:  # always shown, progress or not: something is still running

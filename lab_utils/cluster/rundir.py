@@ -4,7 +4,8 @@ Each cluster gets ``<run root>/<kind>-<name>-<stamp>-<pid>-<random>/`` holding o
 log and one events file per task and ``state.json``: who started it (pid + create
 time) and every task's pid, process group and create time. :func:`reap`
 (``python -m lab_utils reap``) stops what a dead kernel left behind, deciding by
-the recorded pids, never by the status string; :func:`prune_runs` deletes old
+the recorded pids, never by the status string, and removes its emulated hosts'
+namespaces; :func:`prune_runs` deletes old
 runs none of whose processes is alive.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from lab_utils import config
+from lab_utils.cluster import netem
 from lab_utils.cluster.process import Recorded, create_time, same_process_alive, terminate
 
 #: Run directories kept per user (logs, events, state of each cluster run); older
@@ -96,21 +98,27 @@ def reap(include_live: bool = False, root: str | os.PathLike | None = None, grac
         if state is None:
             continue
         alive = [t for t in recorded_tasks(state) if t.alive()]
-        if not alive or (_parent_alive(state) and not include_live):
+        network = state.get("network") if not state.get("network_removed") else None
+        if not (alive or network) or (_parent_alive(state) and not include_live):
             continue
-        survivors = terminate(alive, grace).survivors
-        state.update(
-            status="survived" if survivors else "stopped",
-            survivors=[s.name for s in survivors],
-            stopped_by="reap",
-        )
+        procs = terminate(alive, grace).survivors
+        survivors = [s.name for s in procs]
+        described = [f"{s.name} (pid {s.pid})" for s in procs]
+        if network:  # emulated hosts: their namespaces outlive every process
+            left = netem.remove(network)
+            survivors += left
+            described += [f"namespace {n}" for n in left]
+            state["network_removed"] = not left
+        state.update(status="survived" if survivors else "stopped", survivors=survivors, stopped_by="reap")
         try:
             write_json_atomic(state_file, state)
         except OSError as exc:
             print(f"[lab_utils.cluster] could not update {state_file}: {exc}", flush=True)
         if survivors:
-            names = ", ".join(f"{s.name} (pid {s.pid})" for s in survivors)
-            print(f"[lab_utils.cluster] still running after SIGKILL: {names} in {state_file.parent}", flush=True)
+            print(
+                f"[lab_utils.cluster] still running after SIGKILL: {', '.join(described)} in {state_file.parent}",
+                flush=True,
+            )
         stopped.append(str(state_file.parent))
     return stopped
 

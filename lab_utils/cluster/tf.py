@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from lab_utils import config, report, resources
-from lab_utils.cluster import hosts
+from lab_utils.cluster import hosts, netem
 from lab_utils.cluster.job import Job, pause
 from lab_utils.cluster.process import Task, check_fit, terminate
 from lab_utils.cluster.process import tail as log_tail
@@ -124,11 +124,14 @@ class TFCluster(Job):
     :meth:`wait` returns when every worker exited 0; PS tasks (which
     ``server.join()`` forever) are then stopped: the normal end.
 
-    ``hosts``: one host per task, PS first then workers (e.g. ``["n1", "n2",
+    ``hosts``: local by default. :func:`~lab_utils.cluster.netem.emulated` (or the
+    string ``"emulated:bandwidth=100mbit"``) places the tasks on emulated hosts
+    (network namespaces joined by shaped links; local with a note without root).
+    A list names one host per task, PS first then workers (e.g. ``["n1", "n2",
     "n2"]``); remote tasks are started with ``ssh -tt`` (see
-    :func:`lab_utils.cluster.hosts.ssh_command`). Remote ports cannot be probed
-    from here: they are drawn at random and a failed bind restarts the cluster.
-    Local by default.
+    :func:`lab_utils.cluster.hosts.ssh_command`). Remote and emulated ports cannot
+    be probed from here: they are drawn at random and a failed bind restarts the
+    cluster.
     """
 
     kind = "tf"
@@ -140,7 +143,7 @@ class TFCluster(Job):
         script: str | os.PathLike = "train_async.py",
         args: Mapping[str, Any] | Sequence[str] | None = None,
         *,
-        hosts: Sequence[str] | None = None,
+        hosts: Sequence[str] | str | netem.EmulatedHosts | None = None,
         ssh: Sequence[str] | str = ("ssh", "-o", "BatchMode=yes"),
         env: Mapping[str, str] | None = None,
         run_dir: str | os.PathLike | None = None,
@@ -164,9 +167,12 @@ class TFCluster(Job):
         if isinstance(start_retries, bool) or not isinstance(start_retries, int) or start_retries < 1:
             raise ValueError(f"start_retries must be an integer >= 1, got {start_retries!r}")
         n = ps + workers
+        emulate = None
+        if isinstance(hosts, str):
+            emulate, hosts = netem.parse_hosts(hosts), None
+        elif isinstance(hosts, netem.EmulatedHosts):
+            emulate, hosts = hosts, None
         if hosts is not None:
-            if isinstance(hosts, str):
-                raise ValueError(f"hosts must be a list with one host per task ({n}), got the string {hosts!r}")
             hosts = list(hosts)
             if len(hosts) != n:
                 raise ValueError(
@@ -190,6 +196,7 @@ class TFCluster(Job):
         )
         self.ps, self.workers = ps, workers
         self.hosts = hosts or [None] * n
+        self.emulate = emulate
         self.ssh = shlex.split(ssh) if isinstance(ssh, str) else list(ssh)
         self.memory_per_task = memory_per_task
         self.check_resources = check_resources
@@ -248,8 +255,11 @@ class TFCluster(Job):
         return env
 
     def task_command(self, task: Task, env: dict) -> list[str]:
-        """The command line that starts one task: python locally, ssh for a remote host."""
+        """The command line that starts one task: python locally, inside its emulated
+        host's namespace, or through ssh for a remote host."""
         cmd = self._python()
+        if self.network is not None:
+            return self.network.command(self.placement[self.tasks.index(task)], cmd)
         if hosts.is_local(task.host):
             return cmd
         keep = (
@@ -266,6 +276,9 @@ class TFCluster(Job):
         return hosts.ssh_command(self.ssh, task.host, self.cwd, cmd, env, keep)
 
     def _start_and_wait_ready(self) -> None:
+        self._build_network(len(self.hosts))
+        if self.network is not None:
+            self.hosts = [self.network.address(i) for i in self.placement]
         for attempt in range(1, self.start_retries + 1):
             self.attempts = attempt
             self.plan(attempt)

@@ -1,0 +1,208 @@
+"""Emulated hosts for real: namespaces, shaped links, clusters on them, and nothing left.
+
+Needs root and ``ip netns`` (CI has both); skipped with the reason otherwise, except the
+fallback test, which runs everywhere. Every test counts this module's namespaces and
+the machine's own links before and after."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from lab_utils.cluster import TFCluster, netem, reap
+
+pytestmark = pytest.mark.process
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+FAKE = str(FIX / "cluster_task.py")
+TF = str(FIX / "cluster_tf_task.py")
+KERNEL = str(FIX / "cluster_kernel.py")
+SMALL = 50 * 1024**2
+needs_netns = pytest.mark.skipif(
+    netem.unavailable_reason() is not None, reason=f"no emulated hosts here: {netem.unavailable_reason()}"
+)
+
+
+def own_links() -> list[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return sorted(line.split(":")[1].strip() for line in out.splitlines())
+
+
+@pytest.fixture(autouse=True)
+def run_root(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    monkeypatch.setenv("LABS_RUN_ROOT", str(root))
+    return root
+
+
+@pytest.fixture
+def nothing_left():
+    """Namespaces, the machine's links and this process's children, before == after."""
+    if netem.unavailable_reason() is not None:
+        yield
+        return
+    before = (set(netem.namespaces()), own_links())
+    yield
+    kids = psutil.Process().children(recursive=True)
+    assert kids == [], f"left running: {[k.cmdline() for k in kids]}"
+    assert (set(netem.namespaces()), own_links()) == before
+
+
+def test_without_root_the_cluster_runs_on_local_hosts(monkeypatch, capsys, nothing_left):
+    monkeypatch.setattr(netem, "unavailable_reason", lambda: "creating network namespaces needs root")
+    with TFCluster(ps=1, workers=2, script=FAKE, hosts=netem.emulated(), memory_per_task=SMALL) as c:
+        results = c.wait()
+    assert set(results) == {"worker:0", "worker:1"} and c.network is None
+    assert all(t.host is None for t in c.tasks)
+    out = capsys.readouterr().out
+    assert out.count("hosts are not emulated (creating network namespaces needs root)") == 1
+
+
+@needs_netns
+def test_links_are_shaped_both_ways(nothing_left):
+    """20 Mbit/s links: 4 MB from host 0 to host 1 cannot go faster (a slow machine only
+    makes it slower, so the bound cannot flake), and each port counts what crossed it."""
+    net = netem.Network(netem.emulated(bandwidth="20mbit"), 2).build()
+    size = 4 * 10**6
+    try:
+        server = subprocess.Popen(
+            net.command(1, [sys.executable, "-c", _SINK.format(addr=net.address(1))]), stdout=subprocess.PIPE, text=True
+        )
+        assert server.stdout.readline().strip() == "listening"
+        started = time.monotonic()
+        subprocess.run(
+            net.command(0, [sys.executable, "-c", _SOURCE.format(addr=net.address(1), size=size)]),
+            check=True,
+            timeout=60,
+        )
+        received = int(server.communicate(timeout=60)[0])
+        elapsed = time.monotonic() - started
+        counters = net.counters()
+    finally:
+        assert net.destroy() == []
+    assert received == size
+    assert size * 8 / elapsed < 20e6 * 1.1, f"{size * 8 / elapsed / 1e6:.1f} Mbit/s over a 20 Mbit/s link"
+    assert counters[0]["sent"] >= size and counters[1]["received"] >= size
+    assert counters[1]["sent"] < size / 10  # only ACKs came back
+    assert net.counters() == counters  # after destroy: the last counts read
+
+
+_SINK = """
+import socket
+s = socket.socket(); s.bind(("{addr}", 5001)); s.listen(); print("listening", flush=True)
+c, _ = s.accept(); n = 0
+while chunk := c.recv(1 << 16):
+    n += len(chunk)
+print(n)
+"""
+_SOURCE = """
+import socket
+s = socket.create_connection(("{addr}", 5001), timeout=30)
+s.sendall(b"x" * {size}); s.close()
+"""
+
+
+@needs_netns
+def test_tf_cluster_on_emulated_hosts(nothing_left):
+    """A real TF PS cluster, one task per emulated host: each binds its own address, and
+    the PS's port counts the variable updates the workers send it."""
+    with TFCluster(ps=1, workers=2, script=TF, args={"steps": 30}, hosts="emulated:bandwidth=100mbit") as c:
+        subnet = c.network.subnet
+        results = c.wait()
+    assert {r["counter"] for r in results.values()} == {30.0}
+    assert [t.host for t in c.tasks] == [str(subnet.network_address + i) for i in (1, 2, 3)]
+    assert not any(subnet.overlaps(n) for n in _machine_networks())
+    bytes_ = c.network.counters()
+    assert bytes_[0]["received"] > bytes_[1]["received"] > 0  # the PS hears from both workers
+
+
+def _machine_networks():
+    import ipaddress
+
+    for line in subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout.splitlines():
+        yield ipaddress.ip_network(line.split()[3], strict=False)
+
+
+@needs_netns
+def test_twenty_emulated_clusters_in_a_row(nothing_left):
+    subnets = []
+    for _ in range(20):
+        with TFCluster(ps=1, workers=2, script=FAKE, hosts=netem.emulated(2), memory_per_task=SMALL) as c:
+            assert {c.network.hub, *c.network.hosts} <= set(netem.namespaces())
+            subnets.append(c.network.subnet)
+            c.wait()
+        assert c.network.destroyed
+    assert len(subnets) == 20
+
+
+@needs_netns
+def test_four_emulated_clusters_at_once(nothing_left):
+    kernels = [
+        subprocess.Popen(
+            [sys.executable, KERNEL, "--wait", "--hosts", "emulated:n=3", "--args", json.dumps({"steps": 40})],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    infos = []
+    for k in kernels:
+        out, _ = k.communicate(timeout=300)
+        assert k.returncode == 0, out
+        infos.append(json.loads(out.strip().splitlines()[-1]))
+    subnets = {i["network"]["subnet"] for i in infos}
+    assert len(subnets) == 4, f"address clash: {subnets}"
+    for info in infos:
+        assert set(info["results"]) == {"worker:0", "worker:1"}
+
+
+@needs_netns
+def test_killed_kernel_leaves_no_process_and_reap_removes_its_hosts(run_root, nothing_left):
+    kernel = subprocess.Popen(
+        [sys.executable, KERNEL, "--hosts", "emulated", "--args", json.dumps({"steps": 10**6, "step-time": 0.05})],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    info = json.loads(kernel.stdout.readline())
+    procs = psutil.Process(kernel.pid).children(recursive=True)
+    assert len(procs) >= 6  # 3 guards + 3 tasks
+    record = info["network"]
+    assert set(record["hosts"]) | {record["hub"]} <= set(netem.namespaces())
+    kernel.kill()
+    kernel.wait()
+    gone, alive = psutil.wait_procs(procs, timeout=10)
+    assert alive == [], "the guards stop every task without reap"
+    assert reap() == [info["run_dir"]]
+    assert not set(record["hosts"]) & set(netem.namespaces())
+    state = json.loads(Path(info["run_dir"], "state.json").read_text())
+    assert state["network_removed"] is True and state["network"] == record
+    assert reap() == []
+
+
+@needs_netns
+def test_a_port_taken_on_an_emulated_host_is_only_that_host_s(nothing_left):
+    """Ports are per namespace: the one a task gets is free there whatever this machine's
+    own loopback uses (no clash with another user's cluster on the same port)."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        net = netem.Network(netem.emulated(bandwidth=None), 1).build()
+        try:
+            code = (
+                f"import socket; s = socket.socket(); s.bind(('{net.address(0)}', {port})); "
+                f"t = socket.socket(); t.bind(('127.0.0.1', {port})); print('ok')"
+            )
+            out = subprocess.run(net.command(0, [sys.executable, "-c", code]), capture_output=True, text=True)
+        finally:
+            assert net.destroy() == []
+    assert out.stdout.strip() == "ok", out.stderr
+    assert os.path.exists("/proc/self/ns/net")

@@ -1,0 +1,101 @@
+"""Emulated hosts without building anything: specs, parameters, subnets, commands."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from lab_utils.cluster import TFCluster, netem
+
+
+@pytest.mark.parametrize(
+    ("text", "bits"), [("100mbit", 100_000_000), ("1gbit", 10**9), ("2.5Mbit", 2_500_000), ("64kbit", 64_000)]
+)
+def test_rate_bits(text, bits):
+    assert netem.rate_bits(text) == bits
+
+
+@pytest.mark.parametrize("text", ["100", "100mb", "fast", "0mbit", "-1gbit", ""])
+def test_rate_bits_refuses(text):
+    with pytest.raises(ValueError, match="bandwidth must look like"):
+        netem.rate_bits(text)
+
+
+def test_seconds():
+    assert netem.seconds("0.5ms", "latency") == pytest.approx(0.0005)
+    assert netem.seconds("20us", "latency") == pytest.approx(2e-5)
+    with pytest.raises(ValueError, match="latency must look like"):
+        netem.seconds("5", "latency")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(n=0), "integer >= 1"),
+        (dict(n=True), "integer >= 1"),
+        (dict(bandwidth="lots"), "bandwidth"),
+        (dict(latency="1 hour"), "latency"),
+        (dict(jitter="1ms"), "jitter needs a latency"),
+        (dict(loss=100), "percentage"),
+    ],
+)
+def test_emulated_refuses_bad_specs(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        netem.emulated(**kwargs)
+
+
+def test_parse_hosts():
+    assert netem.parse_hosts(None) is None
+    assert netem.parse_hosts("local") is None
+    assert netem.parse_hosts("emulated") == netem.EmulatedHosts()
+    spec = netem.parse_hosts("emulated:bandwidth=100mbit,latency=0.5ms,n=3,loss=0.1")
+    assert spec == netem.EmulatedHosts(3, "100mbit", "0.5ms", None, 0.1)
+    assert netem.parse_hosts("emulated:bandwidth=none").bandwidth is None
+    assert "100mbit links, 0.5ms latency" in str(spec)
+    for bad in ("hostfile", "emulated:speed=1gbit", "emulated:bandwidth"):
+        with pytest.raises(ValueError, match="hosts must be|unknown emulated-hosts option"):
+            netem.parse_hosts(bad)
+
+
+def test_pick_subnet_avoids_what_is_used():
+    used = [ipaddress.ip_network("10.200.0.0/16"), ipaddress.ip_network("10.201.5.0/24")]
+    draws = iter([0, 256 + 5])  # the first /24 of the pool, then 10.201.5.0/24
+    first = netem.pick_subnet(used, draw=lambda n: next(draws))
+    assert first == ipaddress.ip_network("10.201.0.0/24")  # 10.200.* skipped
+    second = netem.pick_subnet(used, draw=lambda n: next(draws))
+    assert second == ipaddress.ip_network("10.201.6.0/24")  # its neighbour: 10.201.5.0/24 is taken
+    assert all(first.subnet_of(netem.POOL) for first in (first, second))
+
+
+def test_pick_subnet_full_pool():
+    with pytest.raises(netem.NetworkError, match="no free /24"):
+        netem.pick_subnet([netem.POOL], draw=lambda n: 0)
+
+
+def test_network_command_and_addresses(tmp_path):
+    net = netem.Network(netem.emulated(), 3, lock_dir=tmp_path)
+    net.subnet = ipaddress.ip_network("10.203.7.0/24")
+    assert [net.address(i) for i in range(3)] == ["10.203.7.1", "10.203.7.2", "10.203.7.3"]
+    assert net.command(2, ["python", "x.py"]) == ["ip", "netns", "exec", net.hosts[2], "python", "x.py"]
+    assert all(netem._NAME.match(n) for n in [net.hub, *net.hosts])
+
+
+def test_remove_touches_only_its_own_names(monkeypatch):
+    """A state file is data: remove() deletes nothing that this module did not name."""
+    calls = []
+    monkeypatch.setattr(netem, "namespaces", lambda: ["labnet-0123abcd-h0"])
+    monkeypatch.setattr(netem, "_run", lambda cmd, check=True: calls.append(cmd))
+    assert netem.remove({"hub": "default", "hosts": ["eth0", "labnet-0123abcd-h0", "../x"]}) == [
+        "labnet-0123abcd-h0"  # still listed by the stub: reported as left
+    ]
+    assert calls == [["ip", "netns", "del", "labnet-0123abcd-h0"]]
+
+
+def test_tfcluster_takes_emulated_hosts():
+    script = str(Path(__file__).resolve().parents[1] / "fixtures" / "cluster_task.py")
+    c = TFCluster(ps=1, workers=2, script=script, hosts="emulated:bandwidth=100mbit")
+    assert c.emulate == netem.EmulatedHosts(None, "100mbit") and c.hosts == [None] * 3
+    c = TFCluster(ps=1, workers=2, script=script, hosts=netem.emulated(2))
+    assert c.emulate.n == 2
