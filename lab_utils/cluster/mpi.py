@@ -25,7 +25,7 @@ import psutil
 
 from lab_utils import config, report, resources
 from lab_utils.cluster import hosts as hostlib
-from lab_utils.cluster import hvdbuild
+from lab_utils.cluster import hvdbuild, netem
 from lab_utils.cluster.job import Job
 from lab_utils.cluster.process import Task, check_fit
 
@@ -57,7 +57,11 @@ class MPIJob(Job):
 
     ``controller``: ``"mpi"`` or ``"gloo"`` (horovodrun only; mpirun is MPI).
     ``hosts``: a list like ``["n1:2", "n2:2"]`` or a hostfile path (``-H`` /
-    ``--hostfile``); local by default. As root the Open MPI run-as-root
+    ``--hostfile``); local by default. :func:`~lab_utils.cluster.netem.emulated` (or
+    ``"emulated:bandwidth=100mbit"``) places the ranks round-robin on emulated hosts:
+    the launcher runs on host 0 and starts the others' ranks with its own multi-host
+    machinery, through an ssh that enters a host's namespace (local with a note
+    without root). As root the Open MPI run-as-root
     switches are added; ``--oversubscribe`` when ``np`` exceeds usable cores.
     Each rank's ``lab_utils.report`` events go to ``rank-<r>.jsonl``; the job
     counts as started once the launcher runs; :meth:`wait` is what matters.
@@ -76,7 +80,7 @@ class MPIJob(Job):
         *,
         launcher: str = "horovodrun",
         controller: str | None = None,
-        hosts: Sequence[str] | str | os.PathLike | None = None,
+        hosts: Sequence[str] | str | os.PathLike | netem.EmulatedHosts | None = None,
         launcher_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         run_dir: str | os.PathLike | None = None,
@@ -106,7 +110,11 @@ class MPIJob(Job):
         exe = self._launcher_path(launcher)
         if exe is None:
             raise ValueError(f"launcher {launcher!r} not found next to {sys.executable} or on PATH")
-        hostfile = None
+        hostfile, emulate = None, None
+        if isinstance(hosts, netem.EmulatedHosts):
+            emulate, hosts = hosts, None
+        elif isinstance(hosts, str) and hosts.split(":")[0].strip().lower() in ("emulated", "local", ""):
+            emulate, hosts = netem.parse_hosts(hosts), None
         if hosts is not None and not isinstance(hosts, (list, tuple)):
             hostfile = Path(hosts)
             if not hostfile.is_file():
@@ -131,6 +139,7 @@ class MPIJob(Job):
         self.np, self.launcher, self.controller = np, launcher, controller
         self.launcher_exe, self.hosts, self.hostfile = exe, list(hosts) if hosts else None, hostfile
         self.launcher_args = list(launcher_args)
+        self.emulate = emulate
         self.memory_per_rank = memory_per_rank
         self.check_resources = check_resources
         self._rank_pids: dict[str, int] | None = None
@@ -144,7 +153,7 @@ class MPIJob(Job):
         return shutil.which(launcher)
 
     def _local_ranks(self) -> int:
-        if not self.hosts and not self.hostfile:
+        if self.emulate is not None or (not self.hosts and not self.hostfile):
             return self.np
         if self.hosts:
             n = 0
@@ -193,13 +202,17 @@ class MPIJob(Job):
         root = os.getuid() == 0
         extra = {}
         local = self._local_ranks()
+        placed = self._emulated_hosts()
         if self.launcher == "mpirun":
             cmd = [self.launcher_exe, "-np", str(self.np), "--tag-output"]
             if root:
                 cmd.append("--allow-run-as-root")
             if local > cores:
                 cmd.append("--oversubscribe")
-            if self.hosts:
+            if placed:
+                cmd += ["-H", ",".join(placed), "--mca", "plm_rsh_agent", str(self._ssh)]
+                cmd += ["--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0"]
+            elif self.hosts:
                 cmd += ["-H", ",".join(self.hosts)]
             elif self.hostfile:
                 cmd += ["--hostfile", str(self.hostfile)]
@@ -215,7 +228,10 @@ class MPIJob(Job):
                 cmd += ["-x", var]
         else:
             cmd = [self.launcher_exe, "-np", str(self.np), "--gloo" if self.controller == "gloo" else "--mpi"]
-            if self.hosts:
+            if placed:  # horovodrun (and the mpirun it runs) find the emulated ssh first on PATH
+                cmd += ["-H", ",".join(placed), "--network-interface", "eth0"]  # not lo: its own on each host
+                extra["PATH"] = os.pathsep.join([str(self._ssh.parent), os.environ.get("PATH", "")])
+            elif self.hosts:
                 cmd += ["-H", ",".join(self.hosts)]
             elif self.hostfile:
                 cmd += ["--hostfile", str(self.hostfile)]
@@ -227,7 +243,17 @@ class MPIJob(Job):
                 extra["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
         if local > cores:
             self._note(f"np={self.np} ranks on {cores} usable core(s): oversubscribed, ranks take turns on the CPU")
-        return [*cmd, *self.launcher_args, *self._python()], extra
+        cmd = [*cmd, *self.launcher_args, *self._python()]
+        if self.network is not None:  # the launcher runs on emulated host 0, beside its ranks
+            cmd = self.network.command(0, cmd)
+        return cmd, extra
+
+    def _emulated_hosts(self) -> list[str]:
+        """``["10.x.y.1:2", ...]``: each emulated host's address and its ranks (round-robin)."""
+        if self.network is None:
+            return []
+        slots = [self.placement.count(i) for i in range(self.network.n_hosts)]
+        return [f"{self.network.address(i)}:{k}" for i, k in enumerate(slots) if k]
 
     def _start_and_wait_ready(self) -> None:
         self.attempts = 1
@@ -236,6 +262,15 @@ class MPIJob(Job):
         report_dir = self.run_dir / "ranks"
         report_dir.mkdir(exist_ok=True)
         self.tasks = [Task(self.launcher, self.run_dir / f"{self.launcher}.log")]
+        self._build_network(self.np)
+        if self.network is not None and self.controller == "gloo":
+            raise ValueError(
+                "Horovod's Gloo controller does not run on emulated hosts (its ranks try to reach each "
+                "other on loopback and fail): use controller='mpi' there"
+            )
+        if self.network is not None:
+            self._ssh = self.network.write_ssh(self.run_dir / "bin")
+            self.tasks[0].host = self.network.address(0)
         cmd, extra = self.command()
         env = self._base_env()
         env.update(extra)

@@ -257,6 +257,18 @@ class Network:
         """``cmd`` run on emulated host ``i``: ``ip netns exec`` execs it (same pid)."""
         return ["ip", "netns", "exec", self.hosts[i], *cmd]
 
+    def write_ssh(self, folder: str | os.PathLike) -> Path:
+        """Write ``folder/ssh``: a stand-in for ssh that runs ``ssh [options] HOST command``
+        in HOST's namespace (HOST: an emulated address). mpirun takes it as its remote-shell
+        agent, and horovodrun finds it first on PATH: their own multi-host machinery
+        then starts ranks on the emulated hosts."""
+        cases = "".join(f"  {self.address(i)}) ns={ns} ;;\n" for i, ns in enumerate(self.hosts))
+        path = Path(folder) / "ssh"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_SSH.format(cases=cases, subnet=self.subnet))
+        path.chmod(0o755)
+        return path
+
     def build(self) -> Network:
         """Create the hub, the hosts, their links and shaping; on any failure, remove
         what was created and raise :class:`NetworkError`."""
@@ -339,6 +351,26 @@ class Network:
 
     def __repr__(self) -> str:
         return f"<Network {self.id}: {self.n_hosts} hosts on {self.subnet}, {self.spec.describe()}>"
+
+
+_SSH = """#!/bin/sh
+# ssh for emulated hosts (lab_utils.cluster.netem, subnet {subnet}):
+# "ssh [options] [user@]HOST [options] [command...]" runs the command in HOST's network
+# namespace (options, before or after HOST as OpenSSH allows, are ignored).
+host=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o|-p|-i|-l|-F|-E|-J|-b|-c|-m) shift 2 ;;
+    -*) shift ;;
+    *) [ -n "$host" ] && break; host=${{1#*@}}; shift ;;
+  esac
+done
+case "$host" in
+{cases}  *) echo "ssh (emulated hosts): $host is not an emulated host of this network" >&2; exit 255 ;;
+esac
+[ $# -gt 0 ] || {{ echo "ssh (emulated hosts): no command for $host" >&2; exit 255; }}
+exec ip netns exec "$ns" /bin/sh -c "$*"
+"""
 
 
 def remove(record: dict) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lab_utils.cluster import TFCluster, netem, reap
+from lab_utils.cluster import MPIJob, TFCluster, netem, reap
 
 pytestmark = pytest.mark.process
 
@@ -206,3 +206,31 @@ def test_a_port_taken_on_an_emulated_host_is_only_that_host_s(nothing_left):
             assert net.destroy() == []
     assert out.stdout.strip() == "ok", out.stderr
     assert os.path.exists("/proc/self/ns/net")
+
+
+@needs_netns
+@pytest.mark.parametrize(
+    ("launcher", "script"), [("mpirun", "cluster_mpi_task.py"), ("horovodrun", "cluster_hvd_task.py")]
+)
+def test_mpi_job_on_emulated_hosts(launcher, script, nothing_left):
+    """The launcher runs on host 0 and starts the other host's rank through its own
+    remote-shell machinery (the emulated ssh): the allreduce crosses the link."""
+    job = MPIJob(
+        np=2, script=str(FIX / script), launcher=launcher, controller="mpi", hosts=netem.emulated(), progress=False
+    )
+    with job:
+        results = job.wait(timeout=180)
+        cmd = job.command()[0]
+    assert {r["total"] for r in results.values()} == {3}
+    assert cmd[:4] == ["ip", "netns", "exec", job.network.hosts[0]]
+    assert f"{job.network.address(1)}:1" in " ".join(cmd)
+    bytes_ = job.network.counters()
+    assert bytes_[1]["sent"] > 0 and bytes_[1]["received"] > 0
+
+
+@needs_netns
+def test_gloo_on_emulated_hosts_is_refused_before_anything_runs(nothing_left):
+    job = MPIJob(np=2, script=str(FIX / "cluster_hvd_task.py"), controller="gloo", hosts="emulated", progress=False)
+    with pytest.raises(ValueError, match="use controller='mpi'"):
+        job.start()
+    assert job.network.destroyed and not job.running

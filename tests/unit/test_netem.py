@@ -99,3 +99,12 @@ def test_tfcluster_takes_emulated_hosts():
     assert c.emulate == netem.EmulatedHosts(None, "100mbit") and c.hosts == [None] * 3
     c = TFCluster(ps=1, workers=2, script=script, hosts=netem.emulated(2))
     assert c.emulate.n == 2
+
+
+def test_mpijob_takes_emulated_hosts():
+    from lab_utils.cluster import MPIJob
+
+    script = str(Path(__file__).resolve().parents[1] / "fixtures" / "cluster_mpi_task.py")
+    job = MPIJob(np=2, script=script, launcher="mpirun", hosts="emulated:n=2")
+    assert job.emulate == netem.EmulatedHosts(n=2) and job.hostfile is None and job.hosts is None
+    assert job._local_ranks() == 2  # every rank runs on this machine: the memory check counts them
