@@ -4,7 +4,8 @@ What is measured (every metric is declared once in :data:`METRICS`):
 
 - per task, summed over the task's process tree (root pid + all descendants):
   CPU % of one core, RSS bytes, threads, and GPU memory when NVML lists its pids;
-  bytes of the task's own network namespace when it has one (:func:`netns_counters`);
+  bytes of the task's own network namespace when it has one (:func:`netns_counters`:
+  a sandboxed task, or a task on an emulated host);
 - host: usr/sys/idl/wai % of all cores, CPU % per core, memory used/available,
   network bytes/s per interface (``lo`` included: a local cluster talks over
   loopback), disk read/write bytes/s;
@@ -341,6 +342,16 @@ class Sampler:
         self._trees[name] = (pid, mono, wall, procs)
         return procs
 
+    def _task_netns(self, procs: list) -> dict | None:
+        """Counters of the first process in the tree with a network namespace of its own:
+        the root itself (a sandboxed task), or the child its guard started on an emulated
+        host (``ip netns exec``)."""
+        for proc in procs:
+            nets = self.netns(proc.pid)
+            if nets is not None:
+                return nets
+        return None
+
     def _gone(self, name: str, wall: float) -> list:
         for metric in ("task_net_recv", "task_net_sent"):
             self.counters.prev.pop((name, metric), None)
@@ -395,7 +406,7 @@ class Sampler:
             out.insert(0, ("cpu_percent", 100.0 * sums.cpu_delta / (mono - prev.mono)))
         if self.gpu is not None and self.gpu.available:
             out.append(("task_gpu_mem", float(sums.gpu_mem)))
-        nets = self.netns(pid)
+        nets = self._task_netns(procs)
         if nets is not None:  # the task has its own network namespace: its bytes are its own
             for metric, index in (("task_net_recv", 0), ("task_net_sent", 1)):
                 r = self.counters.rate((name, metric), float(sum(v[index] for v in nets.values())), mono)

@@ -234,3 +234,21 @@ def test_gloo_on_emulated_hosts_is_refused_before_anything_runs(nothing_left):
     with pytest.raises(ValueError, match="use controller='mpi'"):
         job.start()
     assert job.network.destroyed and not job.running
+
+
+@needs_netns
+def test_metrics_count_each_emulated_task_s_own_bytes(nothing_left):
+    """On emulated hosts the dstat-like table has per-task network columns: each task's
+    bytes are its host's, and the PS hears from both workers."""
+    from lab_utils.metrics import Monitor
+
+    with TFCluster(ps=1, workers=2, script=TF, args={"steps": 60}, hosts=netem.emulated(), progress=False) as c:
+        with Monitor(cluster=c, interval=0.25) as mon:
+            c.wait()
+        links = c.network.counters()
+    s = mon.summary()
+    assert s.loc["total", "network_scope"].startswith("task"), s.to_string()
+    for i, task in enumerate(("ps:0", "worker:0", "worker:1")):
+        measured = s.loc[task, "Network R"] + s.loc[task, "Network W"]
+        assert 0 < measured <= (links[i]["sent"] + links[i]["received"]) * 1.05, (task, measured, links[i])
+    assert s.loc["ps:0", "Network R"] > s.loc["worker:0", "Network R"] * 0.5

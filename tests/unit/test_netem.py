@@ -108,3 +108,20 @@ def test_mpijob_takes_emulated_hosts():
     job = MPIJob(np=2, script=script, launcher="mpirun", hosts="emulated:n=2")
     assert job.emulate == netem.EmulatedHosts(n=2) and job.hostfile is None and job.hosts is None
     assert job._local_ranks() == 2  # every rank runs on this machine: the memory check counts them
+
+
+def test_netexp_speedups_are_over_each_mode_s_own_smallest_run(monkeypatch):
+    from lab_utils.training import netexp
+
+    rates = {("ps", 1): 50.0, ("ps", 4): 100.0, ("allreduce", 1): 60.0, ("allreduce", 4): 180.0}
+    monkeypatch.setattr(
+        netexp, "run", lambda mode, w, **kw: {"mode": mode, "workers": w, "examples_per_s": rates[(mode, w)]}
+    )
+    table = netexp.experiment(workers=(1, 4)).set_index(["mode", "workers"])
+    assert table.loc[("ps", 4), "speedup"] == 2.0 and table.loc[("allreduce", 4), "speedup"] == 3.0
+    assert table.loc[("ps", 4), "ideal"] == 4.0
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="mode must be one of"):
+        netexp.run("gossip", 2)
+    with pytest.raises(ValueError, match="workers must be an integer"):
+        netexp.run("ps", 0)

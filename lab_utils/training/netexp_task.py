@@ -1,0 +1,103 @@
+"""One rank of "the network matters" (:mod:`lab_utils.training.netexp`): a training step's
+communication, parameter server against ring all-reduce, with the same gradients.
+
+    mpirun -np 5 python -m lab_utils.training.netexp_task --mode ps --mb 4 --steps 5
+
+Every worker computes for ``--compute-s`` seconds, then exchanges ``--mb`` MB of
+gradients. The computation stands in for an accelerator's forward and backward pass:
+a fixed time that does not use this machine's cores, so that four workers on two
+cores are not slowed by each other's arithmetic, only by the network (as in the
+thesis, where each worker had its own GPU).
+
+- ``ps``: rank 0 is the parameter server, ranks 1..N are workers (synchronous, like
+  Lab 3): each worker sends its gradients to the PS, the PS sums them and sends the
+  new parameters back to every worker. The PS's link carries N times the gradients
+  each way;
+- ``allreduce``: every rank is a worker; one ``MPI_Allreduce`` (Open MPI's ring, set
+  by the launcher) leaves the sum on every rank: 2(N-1)/N times the gradients per
+  rank each way, whatever N.
+
+Each worker reports its steps (``lab_utils.report``); its result is the median step
+time after ``--warmup`` untimed steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from lab_utils import report
+
+p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+p.add_argument("--mode", choices=("ps", "allreduce"), required=True)
+p.add_argument("--mb", type=float, default=4.0, help="gradient size in MB (float32)")
+p.add_argument("--steps", type=int, default=5, help="timed steps")
+p.add_argument("--warmup", type=int, default=1)
+p.add_argument("--compute-s", type=float, default=1.0, help="seconds of (accelerator) computation per step")
+p.add_argument("--batch-size", type=int, default=64, help="examples per worker and step (for throughput)")
+a = p.parse_args()
+if a.mb <= 0 or a.steps < 1 or a.warmup < 0 or a.compute_s < 0:
+    p.error("need --mb > 0, --steps >= 1, --warmup >= 0, --compute-s >= 0")
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+n = max(1, int(a.mb * 1e6) // 4)
+params = np.zeros(n, np.float32)
+grads = np.full(n, 1e-3, np.float32)
+is_ps = a.mode == "ps" and rank == 0
+workers = size - 1 if a.mode == "ps" else size
+if a.mode == "ps" and size < 2:
+    p.error("ps mode needs a PS and at least one worker: np >= 2")
+
+
+def compute() -> None:
+    """The step's forward and backward pass on this worker's accelerator: the same fixed
+    time in both modes (a modelled duration, not a wait for anything)."""
+    time.sleep(a.compute_s)
+
+
+def ps_serve() -> None:
+    bufs = [np.empty(n, np.float32) for _ in range(workers)]
+    for _ in range(a.warmup + a.steps):
+        MPI.Request.Waitall([comm.Irecv(bufs[w], source=w + 1, tag=1) for w in range(workers)])
+        for b in bufs:
+            params.__isub__(b)
+        MPI.Request.Waitall([comm.Isend(params, dest=w + 1, tag=2) for w in range(workers)])
+
+
+def worker_step() -> None:
+    compute()
+    if a.mode == "ps":
+        comm.Send(grads, dest=0, tag=1)
+        comm.Recv(params, source=0, tag=2)
+    elif size > 1:
+        comm.Allreduce(MPI.IN_PLACE, grads, op=MPI.SUM)
+        grads.fill(1e-3)
+
+
+if is_ps:
+    ps_serve()
+    report.result(role="ps", rank=rank, workers=workers, mode=a.mode)
+else:
+    times = []
+    for step in range(a.warmup + a.steps):
+        if a.mode == "allreduce":
+            comm.Barrier()  # start together (the PS lines its workers up by itself)
+        t0 = time.perf_counter()
+        worker_step()
+        if step >= a.warmup:
+            times.append(time.perf_counter() - t0)
+            report.step(step - a.warmup, (step - a.warmup + 1) * a.batch_size, seconds=times[-1])
+    report.result(
+        role="worker",
+        rank=rank,
+        workers=workers,
+        mode=a.mode,
+        step_s=statistics.median(times),
+        examples_per_s=a.batch_size / statistics.median(times),
+        gradient_bytes=n * 4,
+    )

@@ -1,0 +1,38 @@
+"""The network matters, for real: PS against ring all-reduce on emulated 100 Mbit/s links.
+
+One run of 1 and 4 workers per mode (about 40 s). What is asserted is what the links
+force, not how fast this machine is: a slower machine only adds the same delay to
+both modes' steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab_utils.cluster import netem
+from lab_utils.training import netexp
+
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.skipif(
+        netem.unavailable_reason() is not None, reason=f"no emulated hosts here: {netem.unavailable_reason()}"
+    ),
+]
+
+
+def test_ps_levels_off_where_ring_allreduce_scales_and_ps_traffic_grows():
+    before = set(netem.namespaces())
+    table = netexp.experiment(workers=(1, 4), bandwidth="100mbit", mb=3, steps=2, compute_s=1.0)
+    assert set(netem.namespaces()) == before
+    row = {(r.mode, r.workers): r for r in table.itertuples()}
+    assert all(table["emulated"])
+    ps, ring = row[("ps", 4)].speedup, row[("allreduce", 4)].speedup
+    # PS: 4 workers' 3 MB each way share the PS's link: 1 s + 4 x 0.48 s a step (about 2x).
+    assert ps < 0.75 * 4, f"PS speedup {ps:.2f} with 4 workers"
+    # Ring: 2 x 3/4 x 3 MB per rank each way, in parallel on every link (about 3x).
+    assert ring > ps * 1.2, f"ring {ring:.2f} vs PS {ps:.2f}"
+    # The PS's traffic grows with the workers; a worker's does not.
+    assert row[("ps", 4)].ps_mb_per_step == pytest.approx(4 * row[("ps", 1)].ps_mb_per_step, rel=0.05)
+    assert row[("ps", 4)].ps_mb_per_step == pytest.approx(4 * 2 * 3.0, rel=0.05)
+    assert row[("ps", 4)].worker_mb_per_step == pytest.approx(2 * 3.0, rel=0.05)
+    assert row[("allreduce", 4)].worker_mb_per_step == pytest.approx(2 * 2 * 3 / 4 * 3.0, rel=0.05)
+    assert row[("allreduce", 1)].worker_mb_per_step < 0.01  # one rank: nothing to exchange
