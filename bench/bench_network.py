@@ -43,7 +43,9 @@ def main(argv=None) -> int:
     for bw in a.bandwidth.split(","):
         t0 = time.monotonic()
         print(f"bench_network: {bw} ...", file=sys.stderr, flush=True)
-        table = netexp.experiment(workers, bandwidth=bw, mb=a.mb, steps=a.steps, compute_s=a.compute_s)
+        table = netexp.experiment(
+            workers, hosts=f"emulated:bandwidth={bw}", mb=a.mb, steps=a.steps, compute_s=a.compute_s
+        )
         most = max(workers)
         at = table[table["workers"] == most].set_index("mode")
         ps = table[table["mode"] == "ps"].set_index("workers")

@@ -7,7 +7,7 @@ loopback that cannot show: the network is free. On emulated hosts
 (:func:`lab_utils.cluster.emulated`) each rank has its own shaped link, so it does::
 
     from lab_utils.training import netexp
-    table = netexp.experiment(workers=(1, 2, 4), bandwidth="100mbit", mb=3)
+    table = netexp.experiment(workers=(1, 2, 4), hosts="emulated:bandwidth=100mbit", mb=3)
     netexp.plot(table)
 
 Both modes run the same step (:mod:`.netexp_task`): ``compute_s`` seconds of modelled
@@ -25,7 +25,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from lab_utils.cluster import MPIJob, emulated
+from lab_utils.cluster import MPIJob, netem
+from lab_utils.cluster.netem import EmulatedHosts
 
 MODES = ("ps", "allreduce")
 #: Open MPI: choose the ring algorithm for MPI_Allreduce (coll/tuned's algorithm 4).
@@ -38,22 +39,24 @@ def run(
     mode: str,
     workers: int,
     *,
-    bandwidth: str | None = "100mbit",
-    latency: str | None = None,
+    hosts: str | EmulatedHosts | None = "emulated:bandwidth=100mbit",
     mb: float = 3.0,
     steps: int = 5,
     warmup: int = 1,
     compute_s: float = 1.0,
-    emulate: bool = True,
     timeout: float = 300.0,
     progress: bool = False,
 ) -> dict:
     """One run: ``workers`` workers (plus a PS host in ``ps`` mode), one rank per
-    emulated host. Returns throughput, step time and each role's bytes per step."""
+    emulated host (``hosts``: an :func:`~lab_utils.cluster.emulated` spec or its string,
+    ``"local"`` for loopback). Returns throughput, step time and each role's bytes per step."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    spec = netem.parse_hosts(hosts) if isinstance(hosts, str) else hosts
+    if spec is not None and spec.n is not None:
+        raise ValueError(f"hosts: one emulated host per rank here, leave n unset (got {spec})")
     np_ = workers + (1 if mode == "ps" else 0)
     args = {"mode": mode, "mb": mb, "steps": steps, "warmup": warmup, "compute-s": compute_s}
     job = MPIJob(
@@ -61,7 +64,7 @@ def run(
         script="-m lab_utils.training.netexp_task",
         args=args,
         launcher="mpirun",
-        hosts=emulated(bandwidth=bandwidth, latency=latency) if emulate else None,
+        hosts=spec,
         launcher_args=RING if mode == "allreduce" else [],
         env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
         memory_per_rank=RANK_MEMORY_BYTES,
@@ -78,7 +81,7 @@ def run(
         "mode": mode,
         "workers": workers,
         "emulated": job.network is not None,
-        "bandwidth": bandwidth if job.network is not None else None,
+        "network": spec.describe() if job.network is not None else "loopback (not emulated)",
         "gradient_mb": done[0]["gradient_bytes"] / 1e6,
         "step_s": max(r["step_s"] for r in done),  # a synchronous step ends with its slowest worker
         "examples_per_s": sum(r["examples_per_s"] for r in done),
@@ -101,7 +104,25 @@ def experiment(
     the speedup over the mode's own smallest run and the ideal (linear) one."""
     import pandas as pd
 
-    rows = [run(mode, w, **kwargs) for mode in modes for w in workers]
+    hosts = kwargs.pop("hosts", "emulated:bandwidth=100mbit")
+    spec = netem.parse_hosts(hosts) if not isinstance(hosts, EmulatedHosts) else hosts
+    if spec is not None and netem.unavailable_reason() is not None:
+        print(
+            f"hosts are not emulated ({netem.unavailable_reason()}): every rank runs on this machine and "
+            "talks over loopback, where the network costs nothing",
+            flush=True,
+        )
+        spec = None
+    rows = []
+    for mode in modes:
+        for w in workers:
+            row = run(mode, w, hosts=spec, **kwargs)
+            print(
+                f"{mode:>9} with {w} worker(s): {row['examples_per_s']:8.1f} examples/s, "
+                f"{row['step_s']:.2f} s per step ({row['network']})",
+                flush=True,
+            )
+            rows.append(row)
     table = pd.DataFrame(rows)
     base = table.loc[table.groupby("mode")["workers"].idxmin()].set_index("mode")
     table["speedup"] = table.apply(lambda r: r["examples_per_s"] / base.loc[r["mode"], "examples_per_s"], axis=1)

@@ -87,10 +87,10 @@ else:
     for step in range(a.warmup + a.steps):
         if a.mode == "allreduce":
             comm.Barrier()  # start together (the PS lines its workers up by itself)
-        t0 = time.perf_counter()
+        started = time.perf_counter()
         worker_step()
         if step >= a.warmup:
-            times.append(time.perf_counter() - t0)
+            times.append(time.perf_counter() - started)
             report.step(step - a.warmup, (step - a.warmup + 1) * a.batch_size, seconds=times[-1])
     report.result(
         role="worker",

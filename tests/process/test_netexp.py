@@ -21,7 +21,7 @@ pytestmark = [
 
 def test_ps_levels_off_where_ring_allreduce_scales_and_ps_traffic_grows():
     before = set(netem.namespaces())
-    table = netexp.experiment(workers=(1, 4), bandwidth="100mbit", mb=3, steps=2, compute_s=1.0)
+    table = netexp.experiment(workers=(1, 4), hosts="emulated:bandwidth=100mbit", mb=3, steps=2, compute_s=1.0)
     assert set(netem.namespaces()) == before
     row = {(r.mode, r.workers): r for r in table.itertuples()}
     assert all(table["emulated"])

@@ -115,7 +115,15 @@ def test_netexp_speedups_are_over_each_mode_s_own_smallest_run(monkeypatch):
 
     rates = {("ps", 1): 50.0, ("ps", 4): 100.0, ("allreduce", 1): 60.0, ("allreduce", 4): 180.0}
     monkeypatch.setattr(
-        netexp, "run", lambda mode, w, **kw: {"mode": mode, "workers": w, "examples_per_s": rates[(mode, w)]}
+        netexp,
+        "run",
+        lambda mode, w, **kw: {
+            "mode": mode,
+            "workers": w,
+            "examples_per_s": rates[(mode, w)],
+            "step_s": 1.0,
+            "network": "test",
+        },
     )
     table = netexp.experiment(workers=(1, 4)).set_index(["mode", "workers"])
     assert table.loc[("ps", 4), "speedup"] == 2.0 and table.loc[("allreduce", 4), "speedup"] == 3.0
