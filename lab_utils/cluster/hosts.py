@@ -1,17 +1,23 @@
-"""How a command starts on a host: which hosts are this machine, free ports, ssh.
+"""How a command starts on a host: which hosts are this machine, free ports, ssh, srun.
 
-Today every lab runs on this machine (``is_local``). A task on another host is
-started through ``ssh`` (:func:`ssh_command`); the multi-host issue adds
-emulated hosts (network namespaces) and real nodes (MPI, Slurm) here, beside
-the local case, without touching the process life cycle.
+Every lab runs on this machine by default (``is_local``). Emulated hosts (network
+namespaces on this machine) are :mod:`lab_utils.cluster.netem`'s. Real hosts come from
+a hostfile (``hosts="hostfile:nodes.txt"``, :func:`read_hostfile`) and are reached
+with ``ssh`` (:func:`ssh_command`), or from the Slurm allocation the notebook runs in
+(``hosts="slurm"``, :func:`slurm_hosts`) and reached with ``srun``
+(:func:`srun_command`). Tasks are placed round-robin over the slots (:func:`place`).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import secrets
 import shlex
 import socket
-from collections.abc import Mapping, Sequence
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 #: Launchers that start a whole MPI/Horovod job as one process (ranks are its children).
 LAUNCHERS = ("mpirun", "horovodrun")
@@ -58,3 +64,74 @@ def ssh_command(
     exports = [f"{k}={shlex.quote(env[k])}" for k in keep if k in env]
     remote = f"cd {shlex.quote(cwd)} && env {' '.join(exports)} {shlex.join(cmd)}"
     return [*ssh, "-tt", host, remote]
+
+
+_SLOTS = re.compile(r"^(?P<host>[^\s:#]+)(?::(?P<colon>\d+)|\s+slots\s*=\s*(?P<slots>\d+))?\s*(?:#.*)?$")
+
+
+def read_hostfile(path: str | os.PathLike) -> list[str]:
+    """A hostfile's slots, one entry per slot: ``n1 slots=2`` (Open MPI's form) or
+    ``n1:2`` (Horovod's) or ``n1``; ``#`` comments and blank lines are skipped."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ValueError(f"cannot read the hostfile {path}: {exc.strerror or exc}") from exc
+    slots: list[str] = []
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        m = _SLOTS.match(text)
+        if not m or int(m.group("colon") or m.group("slots") or 1) < 1:
+            raise ValueError(f"{path}, line {number}: {line!r} is not 'host', 'host slots=N' or 'host:N'")
+        slots += [m.group("host")] * int(m.group("colon") or m.group("slots") or 1)
+    if not slots:
+        raise ValueError(f"the hostfile {path} names no host")
+    return slots
+
+
+def slurm_hosts(
+    env: Mapping[str, str] | None = None, run: Callable[..., subprocess.CompletedProcess] = subprocess.run
+) -> list[str]:
+    """The nodes of the Slurm allocation this process runs in (``SLURM_JOB_NODELIST``,
+    expanded by ``scontrol show hostnames``), one slot each."""
+    env = os.environ if env is None else env
+    nodelist = env.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        raise ValueError(
+            "hosts='slurm' needs a Slurm allocation (SLURM_JOB_NODELIST is not set): "
+            "start JupyterLab or the run inside `salloc -N 4`"
+        )
+    try:
+        done = run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
+    except FileNotFoundError as exc:
+        raise ValueError("hosts='slurm': scontrol is not on PATH (is this a Slurm node?)") from exc
+    names = done.stdout.split()
+    if done.returncode != 0 or not names:
+        raise ValueError(f"scontrol show hostnames {nodelist} failed: {done.stderr.strip() or 'no hosts'}")
+    return names
+
+
+def place(slots: Sequence[str], n: int) -> list[str]:
+    """``n`` tasks on ``slots``, round-robin (PS first, then workers, for a TF cluster)."""
+    return [slots[i % len(slots)] for i in range(n)]
+
+
+def srun_command(host: str, cwd: str, cmd: Sequence[str]) -> list[str]:
+    """One task on one node of the allocation: ``srun`` exports this environment
+    (TF_CONFIG included) and stops the step when it is signalled."""
+    return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap", f"--chdir={cwd}", *cmd]
+
+
+def named_hosts(text: str, n: int) -> tuple[list[str], str] | None:
+    """``"hostfile:PATH"`` -> (``n`` tasks placed on its slots, ``"ssh"``); ``"slurm"`` ->
+    (placed on the allocation's nodes, ``"srun"``); any other string -> None."""
+    kind, _, rest = text.strip().partition(":")
+    if kind.lower() == "hostfile":
+        if not rest:
+            raise ValueError("hosts='hostfile:PATH' needs the hostfile's path after the colon")
+        return place(read_hostfile(rest), n), "ssh"
+    if kind.lower() == "slurm" and not rest:
+        return place(slurm_hosts(), n), "srun"
+    return None

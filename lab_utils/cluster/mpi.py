@@ -56,8 +56,9 @@ class MPIJob(Job):
     """``mpirun`` or ``horovodrun`` running ``np`` copies of a script.
 
     ``controller``: ``"mpi"`` or ``"gloo"`` (horovodrun only; mpirun is MPI).
-    ``hosts``: a list like ``["n1:2", "n2:2"]`` or a hostfile path (``-H`` /
-    ``--hostfile``); local by default. :func:`~lab_utils.cluster.netem.emulated` (or
+    ``hosts``: a list like ``["n1:2", "n2:2"]``, a hostfile path or
+    ``"hostfile:PATH"`` (``-H`` / ``--hostfile``), ``"slurm"`` (the allocation's
+    nodes, one slot each); local by default. :func:`~lab_utils.cluster.netem.emulated` (or
     ``"emulated:bandwidth=100mbit"``) places the ranks round-robin on emulated hosts:
     the launcher runs on host 0 and starts the others' ranks with its own multi-host
     machinery, through an ssh that enters a host's namespace (local with a note
@@ -115,6 +116,11 @@ class MPIJob(Job):
             emulate, hosts = hosts, None
         elif isinstance(hosts, str) and hosts.split(":")[0].strip().lower() in ("emulated", "local", ""):
             emulate, hosts = netem.parse_hosts(hosts), None
+        elif isinstance(hosts, str) and hosts.lower().startswith("hostfile:"):
+            hosts = hosts.partition(":")[2]  # checked as a hostfile below
+        elif isinstance(hosts, str) and hosts.strip().lower() == "slurm":
+            nodes = hostlib.slurm_hosts()
+            hosts = [f"{h}:{nodes.count(h)}" for h in dict.fromkeys(nodes)]
         if hosts is not None and not isinstance(hosts, (list, tuple)):
             hostfile = Path(hosts)
             if not hostfile.is_file():

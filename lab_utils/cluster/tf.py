@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from lab_utils import config, report, resources
 from lab_utils.cluster import hosts, netem
+from lab_utils.cluster import hosts as hosts_of
 from lab_utils.cluster.job import Job, pause
 from lab_utils.cluster.process import Task, check_fit, terminate
 from lab_utils.cluster.process import tail as log_tail
@@ -129,7 +130,9 @@ class TFCluster(Job):
     (network namespaces joined by shaped links; local with a note without root).
     A list names one host per task, PS first then workers (e.g. ``["n1", "n2",
     "n2"]``); remote tasks are started with ``ssh -tt`` (see
-    :func:`lab_utils.cluster.hosts.ssh_command`). Remote and emulated ports cannot
+    :func:`lab_utils.cluster.hosts.ssh_command`). ``"hostfile:nodes.txt"`` places
+    the tasks round-robin on a hostfile's slots (ssh); ``"slurm"`` on the nodes of
+    the Slurm allocation the kernel runs in (``srun``). Remote and emulated ports cannot
     be probed from here: they are drawn at random and a failed bind restarts the
     cluster.
     """
@@ -167,9 +170,13 @@ class TFCluster(Job):
         if isinstance(start_retries, bool) or not isinstance(start_retries, int) or start_retries < 1:
             raise ValueError(f"start_retries must be an integer >= 1, got {start_retries!r}")
         n = ps + workers
-        emulate = None
+        emulate, self.remote_via = None, "ssh"
         if isinstance(hosts, str):
-            emulate, hosts = netem.parse_hosts(hosts), None
+            named = hosts_of.named_hosts(hosts, n)
+            if named is not None:
+                hosts, self.remote_via = named
+            else:
+                emulate, hosts = netem.parse_hosts(hosts), None
         elif isinstance(hosts, netem.EmulatedHosts):
             emulate, hosts = hosts, None
         if hosts is not None:
@@ -262,6 +269,8 @@ class TFCluster(Job):
             return self.network.command(self.placement[self.tasks.index(task)], cmd)
         if hosts.is_local(task.host):
             return cmd
+        if self.remote_via == "srun":
+            return hosts.srun_command(task.host, self.cwd, cmd)
         keep = (
             "TF_CONFIG",
             config.TASK,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,67 @@ def test_netexp_speedups_are_over_each_mode_s_own_smallest_run(monkeypatch):
         netexp.run("gossip", 2)
     with pytest.raises(ValueError, match="workers must be an integer"):
         netexp.run("ps", 0)
+
+
+# ---- real hosts: hostfile and Slurm (what can be checked without the machines)
+def test_read_hostfile_forms_and_errors(tmp_path):
+    from lab_utils.cluster import hosts
+
+    f = tmp_path / "nodes.txt"
+    f.write_text("# the class's nodes\nn1 slots=2\n\nn2:3   # Horovod's form\nn3\n")
+    assert hosts.read_hostfile(f) == ["n1", "n1", "n2", "n2", "n2", "n3"]
+    assert hosts.place(hosts.read_hostfile(f), 8) == ["n1", "n1", "n2", "n2", "n2", "n3", "n1", "n1"]
+    f.write_text("n1 slots=two\n")
+    with pytest.raises(ValueError, match="line 1"):
+        hosts.read_hostfile(f)
+    f.write_text("# nothing\n")
+    with pytest.raises(ValueError, match="names no host"):
+        hosts.read_hostfile(f)
+    with pytest.raises(ValueError, match="cannot read the hostfile"):
+        hosts.read_hostfile(tmp_path / "missing.txt")
+
+
+def test_slurm_hosts_from_the_allocation():
+    from lab_utils.cluster import hosts
+
+    calls = []
+
+    def scontrol(cmd, **kw):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "c01\nc02\nc03\n", "")
+
+    assert hosts.slurm_hosts({"SLURM_JOB_NODELIST": "c[01-03]"}, run=scontrol) == ["c01", "c02", "c03"]
+    assert calls == [["scontrol", "show", "hostnames", "c[01-03]"]]
+    with pytest.raises(ValueError, match="salloc"):
+        hosts.slurm_hosts({})
+
+
+def test_tfcluster_on_a_hostfile_and_on_slurm(tmp_path, monkeypatch):
+    from lab_utils.cluster import hosts
+
+    script = str(Path(__file__).resolve().parents[1] / "fixtures" / "cluster_task.py")
+    f = tmp_path / "nodes.txt"
+    f.write_text("n1\nn2\n")
+    c = TFCluster(ps=1, workers=2, script=script, hosts=f"hostfile:{f}")
+    assert c.hosts == ["n1", "n2", "n1"] and c.remote_via == "ssh"
+    monkeypatch.setattr(hosts, "slurm_hosts", lambda: ["c01", "c02"])
+    c = TFCluster(ps=1, workers=3, script=script, hosts="slurm")
+    assert c.hosts == ["c01", "c02", "c01", "c02"] and c.remote_via == "srun"
+    c.run_dir = tmp_path
+    task = c.plan()[1]
+    cmd = c.task_command(task, {})
+    assert cmd[:5] == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=c02", "--overlap"]
+    assert cmd[-1] == script
+
+
+def test_mpijob_on_a_hostfile_and_on_slurm(tmp_path, monkeypatch):
+    from lab_utils.cluster import MPIJob, hosts
+
+    script = str(Path(__file__).resolve().parents[1] / "fixtures" / "cluster_mpi_task.py")
+    f = tmp_path / "nodes.txt"
+    f.write_text("n1 slots=2\n")
+    job = MPIJob(np=2, script=script, launcher="mpirun", hosts=f"hostfile:{f}")
+    assert job.hostfile == f and "--hostfile" in job.command()[0]
+    monkeypatch.setattr(hosts, "slurm_hosts", lambda: ["c01", "c02"])
+    job = MPIJob(np=2, script=script, launcher="mpirun", hosts="slurm")
+    assert job.hosts == ["c01:1", "c02:1"]
