@@ -15,7 +15,7 @@ accelerator time, then ``mb`` MB of gradients through a PS on its own host, or
 through Open MPI's ring all-reduce. With 3 MB over 100 Mbit/s links, a PS step moves
 0.48 s of gradients per worker through the PS's one link; the ring moves 0.36 s per
 rank whatever the number of workers. Next to 1 s of computation, the PS levels off
-(about 2x with 4 workers) and the ring stays closer to linear (about 3x). The bytes
+(2.2x with 4 workers, measured) and the ring stays closer to linear (2.6-2.7x). The bytes
 are each host's link counters, not estimates. Without root the runs fall back to
 local hosts (one line says so) and the table says ``emulated: False``.
 """
