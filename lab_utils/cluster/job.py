@@ -233,7 +233,7 @@ class Job:
     def _build_network(self, n_tasks: int) -> None:
         """Place the tasks on emulated hosts (``self.emulate``), round-robin, building the
         network once per start; without root, say in one line that hosts stay local."""
-        if self.emulate is None or self.network is not None:
+        if self.emulate is None or (self.network is not None and not self.network.destroyed):
             return
         reason = netem.unavailable_reason()
         if reason is not None:

@@ -129,7 +129,10 @@ def parse_hosts(text: str | None) -> EmulatedHosts | None:
         return None
     kind, _, opts = str(text).strip().partition(":")
     if kind.lower() != "emulated":
-        raise ValueError(f"hosts must be 'local' or 'emulated[:bandwidth=100mbit,latency=0.5ms,...]', got {text!r}")
+        raise ValueError(
+            "hosts must be 'local', 'emulated[:bandwidth=100mbit,latency=0.5ms,...]', 'hostfile:PATH', "
+            f"'slurm' or a list of host names, got {text!r}"
+        )
     kwargs: dict = {}
     for item in filter(None, (o.strip() for o in opts.split(","))):
         key, eq, value = item.partition("=")

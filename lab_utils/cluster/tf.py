@@ -246,7 +246,8 @@ class TFCluster(Job):
             raise RuntimeError("plan() needs a run directory: call start(), or set run_dir first")
         sub = self.run_dir / f"attempt-{attempt}" if attempt > 1 else self.run_dir
         self.tasks = []
-        for name, host, port in zip(self.task_names(), self.hosts, hosts.free_ports(self.hosts), strict=True):
+        placed = [self.network.address(i) for i in self.placement] if self.network is not None else self.hosts
+        for name, host, port in zip(self.task_names(), placed, hosts.free_ports(placed), strict=True):
             stem = name.replace(":", "-")
             self.tasks.append(Task(name, sub / f"{stem}.log", sub / f"{stem}.jsonl", host=host, port=port))
         return self.tasks
@@ -286,8 +287,6 @@ class TFCluster(Job):
 
     def _start_and_wait_ready(self) -> None:
         self._build_network(len(self.hosts))
-        if self.network is not None:
-            self.hosts = [self.network.address(i) for i in self.placement]
         for attempt in range(1, self.start_retries + 1):
             self.attempts = attempt
             self.plan(attempt)

@@ -252,3 +252,14 @@ def test_metrics_count_each_emulated_task_s_own_bytes(nothing_left):
         measured = s.loc[task, "Network R"] + s.loc[task, "Network W"]
         assert 0 < measured <= (links[i]["sent"] + links[i]["received"]) * 1.05, (task, measured, links[i])
     assert s.loc["ps:0", "Network R"] > s.loc["worker:0", "Network R"] * 0.5
+
+
+@needs_netns
+def test_a_stopped_emulated_cluster_starts_again_on_a_new_network(nothing_left):
+    c = TFCluster(ps=1, workers=2, script=FAKE, hosts=netem.emulated(), memory_per_task=SMALL, progress=False)
+    first = c.start().network
+    c.wait()
+    second = c.start().network
+    c.wait()
+    assert first.destroyed and second.destroyed and first.id != second.id
+    assert [t.host for t in c.tasks] == [second.address(i) for i in range(3)]
