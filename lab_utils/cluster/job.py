@@ -237,10 +237,7 @@ class Job:
             return
         reason = netem.unavailable_reason()
         if reason is not None:
-            self._note(
-                f"hosts are not emulated ({reason}): every task runs on this machine and talks over "
-                "loopback, where the network costs nothing"
-            )
+            self._note(netem.not_emulated(reason))
             self.emulate = None
             return
         n_hosts = self.emulate.n or n_tasks

@@ -112,13 +112,12 @@ class MPIJob(Job):
         if exe is None:
             raise ValueError(f"launcher {launcher!r} not found next to {sys.executable} or on PATH")
         hostfile, emulate = None, None
-        if isinstance(hosts, netem.EmulatedHosts):
-            emulate, hosts = hosts, None
-        elif isinstance(hosts, str) and hosts.split(":")[0].strip().lower() in ("emulated", "local", ""):
-            emulate, hosts = netem.parse_hosts(hosts), None
-        elif isinstance(hosts, str) and hosts.lower().startswith("hostfile:"):
+        kind = hosts.partition(":")[0].strip().lower() if isinstance(hosts, str) else None
+        if isinstance(hosts, netem.EmulatedHosts) or kind in ("emulated", "local", ""):
+            emulate, hosts = netem.as_spec(hosts), None
+        elif kind == "hostfile" and ":" in hosts:  # a bare path named "hostfile" stays a path
             hosts = hosts.partition(":")[2]  # checked as a hostfile below
-        elif isinstance(hosts, str) and hosts.strip().lower() == "slurm":
+        elif kind == "slurm" and ":" not in hosts:
             nodes = hostlib.slurm_hosts()
             hosts = [f"{h}:{nodes.count(h)}" for h in dict.fromkeys(nodes)]
         if hosts is not None and not isinstance(hosts, (list, tuple)):

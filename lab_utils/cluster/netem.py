@@ -146,6 +146,19 @@ def parse_hosts(text: str | None) -> EmulatedHosts | None:
     return EmulatedHosts(**kwargs)
 
 
+def as_spec(hosts: str | EmulatedHosts | None) -> EmulatedHosts | None:
+    """An :class:`EmulatedHosts` as given, or parsed from its string (:func:`parse_hosts`)."""
+    return parse_hosts(hosts) if isinstance(hosts, str) else hosts
+
+
+def not_emulated(reason: str) -> str:
+    """The one line a job (or an experiment) prints when it falls back to local hosts."""
+    return (
+        f"hosts are not emulated ({reason}): every task runs on this machine and talks over "
+        "loopback, where the network costs nothing"
+    )
+
+
 # ---- what this machine allows
 def _run(cmd: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
     try:

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from lab_utils import config, report, resources
 from lab_utils.cluster import hosts, netem
-from lab_utils.cluster import hosts as hosts_of
+from lab_utils.cluster.hosts import named_hosts
 from lab_utils.cluster.job import Job, pause
 from lab_utils.cluster.process import Task, check_fit, terminate
 from lab_utils.cluster.process import tail as log_tail
@@ -171,14 +171,11 @@ class TFCluster(Job):
             raise ValueError(f"start_retries must be an integer >= 1, got {start_retries!r}")
         n = ps + workers
         emulate, self.remote_via = None, "ssh"
-        if isinstance(hosts, str):
-            named = hosts_of.named_hosts(hosts, n)
-            if named is not None:
-                hosts, self.remote_via = named
-            else:
-                emulate, hosts = netem.parse_hosts(hosts), None
-        elif isinstance(hosts, netem.EmulatedHosts):
-            emulate, hosts = hosts, None
+        named = named_hosts(hosts, n) if isinstance(hosts, str) else None  # the parameter shadows the module
+        if named is not None:
+            hosts, self.remote_via = named
+        elif isinstance(hosts, (str, netem.EmulatedHosts)):
+            emulate, hosts = netem.as_spec(hosts), None
         if hosts is not None:
             hosts = list(hosts)
             if len(hosts) != n:

@@ -54,7 +54,7 @@ def run(
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    spec = netem.parse_hosts(hosts) if isinstance(hosts, str) else hosts
+    spec = netem.as_spec(hosts)
     if spec is not None and spec.n is not None:
         raise ValueError(f"hosts: one emulated host per rank here, leave n unset (got {spec})")
     np_ = workers + (1 if mode == "ps" else 0)
@@ -105,13 +105,9 @@ def experiment(
     import pandas as pd
 
     hosts = kwargs.pop("hosts", "emulated:bandwidth=100mbit")
-    spec = netem.parse_hosts(hosts) if not isinstance(hosts, EmulatedHosts) else hosts
+    spec = netem.as_spec(hosts)
     if spec is not None and netem.unavailable_reason() is not None:
-        print(
-            f"hosts are not emulated ({netem.unavailable_reason()}): every rank runs on this machine and "
-            "talks over loopback, where the network costs nothing",
-            flush=True,
-        )
+        print(netem.not_emulated(netem.unavailable_reason()), flush=True)  # once, not once per run
         spec = None
     rows = []
     for mode in modes:
