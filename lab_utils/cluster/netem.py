@@ -124,18 +124,22 @@ def emulated(
 
 def parse_hosts(text: str | None) -> EmulatedHosts | None:
     """A notebook parameter: ``"local"``/``""``/None -> None (local), ``"emulated"`` or
-    ``"emulated:bandwidth=100mbit,latency=0.5ms,n=4"`` -> :class:`EmulatedHosts`."""
+    ``"emulated:bandwidth=100mbit,latency=0.5ms,n=4"`` -> :class:`EmulatedHosts`. A bare
+    rate is the bandwidth: ``"emulated:100mbit"`` (papermill reads a parameter line with
+    one ``=`` only, so notebooks use this form)."""
     if text is None or str(text).strip().lower() in ("", "local", "localhost"):
         return None
     kind, _, opts = str(text).strip().partition(":")
     if kind.lower() != "emulated":
         raise ValueError(
-            "hosts must be 'local', 'emulated[:bandwidth=100mbit,latency=0.5ms,...]', 'hostfile:PATH', "
+            "hosts must be 'local', 'emulated[:100mbit]', 'emulated[:bandwidth=100mbit,latency=0.5ms,...]', 'hostfile:PATH', "
             f"'slurm' or a list of host names, got {text!r}"
         )
     kwargs: dict = {}
     for item in filter(None, (o.strip() for o in opts.split(","))):
         key, eq, value = item.partition("=")
+        if not eq and _RATE.match(item):
+            key, eq, value = "bandwidth", "=", item
         if not eq or key not in ("n", "bandwidth", "latency", "jitter", "loss"):
             raise ValueError(
                 f"unknown emulated-hosts option {item!r} (n, bandwidth, latency, jitter, loss) in {text!r}"

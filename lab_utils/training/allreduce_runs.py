@@ -33,6 +33,7 @@ import pandas as pd
 from lab_utils import plots
 from lab_utils.cluster import MPIJob, TFCluster
 from lab_utils.cluster.job import format_args
+from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.metrics import watch
 from lab_utils.resources import usable_cores
 from lab_utils.training import loop
@@ -247,12 +248,15 @@ def run_hvd(
     progress: bool = True,
     label: str | None = None,
     live: bool = False,
+    hosts: str | Sequence[str] | EmulatedHosts | None = None,
 ) -> TrainRun:
     """``horovodrun -np np`` (``controller`` "gloo" or "mpi") of ``script`` with ``args``
     (``{"batch_size": 60}`` -> ``--batch-size 60``). ``timeline``: record a Horovod
     timeline (:func:`timeline_summary` reads it); ``save_weights``: rank 0 saves the
     final weights; ``monitor``: sample CPU, memory and network while it trains;
     ``live``: and show them as it trains (a static figure when headless).
+    ``hosts``: where the ranks run, as :class:`~lab_utils.cluster.MPIJob` takes it
+    (``"emulated:bandwidth=100mbit"`` needs ``controller="mpi"``; ``"hostfile:PATH"``, ``"slurm"``).
     ``args`` are checked against :func:`lab_utils.training.allreduce.parse_args` first:
     bad ones raise ``ValueError`` before anything starts."""
     check_args(format_args(args))
@@ -269,6 +273,7 @@ def run_hvd(
         args=args,
         launcher="horovodrun",
         controller=controller,
+        hosts=hosts,
         env=env,
         timeout=timeout,
         progress=progress,

@@ -39,6 +39,7 @@ import pandas as pd
 
 from lab_utils import plots
 from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError, TFCluster, tasks_that_fit
+from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.metrics import watch
 from lab_utils.resources import available_memory_bytes, usable_cores
 from lab_utils.training import loop
@@ -205,7 +206,9 @@ class PSRun:
 
         Network bytes on one machine are host-level (the loopback interface carries
         every PS <-> worker byte and cannot be split per process), so they appear on
-        the ``total`` row only, and count each byte once as sent and once as received."""
+        the ``total`` row only, and count each byte once as sent and once as received.
+        On emulated hosts (``hosts="emulated:..."``) each task has its own link, and the
+        table has its bytes on its row (``attrs["network_scope"]`` says which)."""
         if self.monitor is None:
             raise ValueError("this run was made with monitor=False: no metrics to tabulate")
         s = self.monitor.summary()
@@ -307,11 +310,16 @@ def run_ps(
     progress: bool = True,
     label: str | None = None,
     live: bool = False,
+    hosts: str | Sequence[str] | EmulatedHosts | None = None,
 ) -> PSRun:
     """Train with 1 PS + ``workers`` workers running ``script`` (every task runs the
     same file; ``TF_CONFIG`` tells each which task it is) and collect the results.
     ``monitor`` samples every task's CPU, memory and network; ``live`` shows them as it
     trains (in JupyterLab a figure redrawn in place; headless, one static figure).
+    ``hosts``: where the tasks run, as :class:`~lab_utils.cluster.TFCluster` takes
+    it: ``None``/``"local"`` (this machine, loopback), ``"emulated:bandwidth=100mbit"``
+    (one network namespace per task, shaped links; local with a note without root),
+    ``"hostfile:nodes.txt"`` (ssh) or ``"slurm"``.
 
     ``args`` become the script's command line (``{"batch_size": 60}`` ->
     ``--batch-size 60``). The run ends by itself: every worker reaches the target
@@ -329,6 +337,7 @@ def run_ps(
         timeout=timeout,
         progress=progress,
         memory_per_task=task_memory(),
+        hosts=hosts,
     )
     with cluster:
         mon = watch(cluster, interval=interval, sample=monitor, live=live)

@@ -54,8 +54,10 @@ def test_parse_hosts():
     spec = netem.parse_hosts("emulated:bandwidth=100mbit,latency=0.5ms,n=3,loss=0.1")
     assert spec == netem.EmulatedHosts(3, "100mbit", "0.5ms", None, 0.1)
     assert netem.parse_hosts("emulated:bandwidth=none").bandwidth is None
+    assert netem.parse_hosts("emulated:100mbit") == netem.EmulatedHosts(bandwidth="100mbit")
+    assert netem.parse_hosts("emulated:1gbit,n=2") == netem.EmulatedHosts(2, "1gbit")
     assert "100mbit links, 0.5ms latency" in str(spec)
-    for bad in ("hostfile", "emulated:speed=1gbit", "emulated:bandwidth"):
+    for bad in ("hostfile", "emulated:speed=1gbit", "emulated:bandwidth", "emulated:100mb"):
         with pytest.raises(ValueError, match="hosts must be|unknown emulated-hosts option"):
             netem.parse_hosts(bad)
 
