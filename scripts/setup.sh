@@ -78,6 +78,18 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
     || say "chromium could not be installed: the browser test will be skipped (it says why)"
 fi
 
+# ---- sshd for the ssh-hosts test (tests/process/test_ssh_hosts.py; optional) ---------------
+# The test runs private sshd's inside emulated hosts. policy-rc.d keeps the package from
+# starting a machine-wide sshd on port 22 while it installs.
+if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  say "installing openssh-server (Debian's, not started) for the ssh-hosts test"
+  policy=/usr/sbin/policy-rc.d; own_policy=0
+  if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && own_policy=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null 2>&1 \
+    || say "openssh-server could not be installed: the ssh-hosts test will be skipped (it says why)"
+  if [ "$own_policy" = 1 ]; then rm -f "$policy"; fi
+fi
+
 # ---- The virtual environment -------------------------------------------------------
 rm -f "$STAMP"
 if [ -x "$VENV/bin/python" ] && ! is_py311 "$VENV/bin/python"; then
