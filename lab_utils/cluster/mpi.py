@@ -32,6 +32,11 @@ from lab_utils.cluster.process import Task, check_fit
 _CONTROLLERS = ("mpi", "gloo")
 _CONTROLLER_NAMES = {"mpi": "MPI", "gloo": "Gloo"}
 # mpirun --tag-output: "[job,rank]<stdout>:"; horovodrun: "[rank]<stdout>:" (capture: the rank).
+#: Open MPI on emulated hosts: the launcher starts every host's daemon itself and each
+#: daemon talks to it directly. With the default tree spawn and radix routing, daemons
+#: relay through each other, and under load a relay was not yet known: mpirun exited 213
+#: ("ORTE does not know how to route a message to the specified daemon") twice in ~40 runs.
+EMULATED_MCA = {"plm_rsh_no_tree_spawn": "1", "routed": "direct"}
 _RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>:")
 
 
@@ -217,6 +222,7 @@ class MPIJob(Job):
             if placed:
                 cmd += ["-H", ",".join(placed), "--mca", "plm_rsh_agent", str(self._ssh)]
                 cmd += ["--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0"]
+                cmd += [arg for k, v in EMULATED_MCA.items() for arg in ("--mca", k, v)]
             elif self.hosts:
                 cmd += ["-H", ",".join(self.hosts)]
             elif self.hostfile:
@@ -236,6 +242,7 @@ class MPIJob(Job):
             if placed:  # horovodrun (and the mpirun it runs) find the emulated ssh first on PATH
                 cmd += ["-H", ",".join(placed), "--network-interface", "eth0"]  # not lo: its own on each host
                 extra["PATH"] = os.pathsep.join([str(self._ssh.parent), os.environ.get("PATH", "")])
+                extra.update({f"OMPI_MCA_{k}": v for k, v in EMULATED_MCA.items()})
             elif self.hosts:
                 cmd += ["-H", ",".join(self.hosts)]
             elif self.hostfile:
