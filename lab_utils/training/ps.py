@@ -1,4 +1,4 @@
-"""Between-graph parameter-server training on TensorFlow's own runtime (Labs 2 and 3): the task side.
+"""Between-graph parameter-server training on TensorFlow's own runtime (Labs 2, 3 and 6): the task side.
 
 Every task of a Lab 2 or 3 cluster runs the same script (``train_async.py`` or
 ``train_sync.py``, which students complete in the lab notebook)::
@@ -121,6 +121,15 @@ The fix, in this module:
 6. A safety net: every train step runs with a deadline (``step_timeout``); a
    token that never comes becomes a clear error, never a silent hang.
 
+Lab 6: stale-synchronous parallel (``mode="ssp"``)
+--------------------------------------------------
+Asynchronous updates as in Lab 2, but a worker may run at most ``s`` steps ahead
+of the slowest one (``--staleness S``; 0 = lockstep, ``inf`` = Lab 2). The clocks
+on the PS, the wait before each step and the step events' ``clock`` / ``min_clock``
+/ ``staleness`` fields are :mod:`lab_utils.training.ssp`'s; the rule that says
+whether a worker may start (``may_start``) is the student's, passed to
+:func:`train_worker`.
+
 How we *verify* that a global step applied exactly R gradients
 --------------------------------------------------------------
 :class:`GradientCounter` adds one small variable (``slots``, 4096 floats on the
@@ -151,6 +160,7 @@ from lab_utils.training.ps_settings import (
     check_settings,
     make_parser,
     parse_args,
+    parse_staleness,
     parse_straggler,
     steps_per_epoch,
     target_global_steps,
@@ -168,6 +178,7 @@ __all__ = [
     "make_parser",
     "parse_args",
     "parse_straggler",
+    "parse_staleness",
     "check_settings",
     "steps_per_epoch",
     "target_global_steps",
@@ -489,14 +500,57 @@ def _save_weights(sess, path: str) -> None:
     os.replace(tmp, path)
 
 
-def train_worker(task, settings: Settings, *, build: Callable[[Any, Settings], PSGraph], data=None) -> dict:
+def _check_rule(settings: Settings, may_start) -> None:
+    """``may_start`` is given exactly in mode ``ssp``, and is a function."""
+    if settings.mode != "ssp":
+        if may_start is not None:
+            raise ValueError(f"may_start only applies to mode='ssp', got it with mode={settings.mode!r}")
+    elif may_start is None:
+        raise ValueError("mode='ssp' needs the rule: train_worker(..., may_start=may_start)")
+    elif not callable(may_start):
+        raise TypeError(f"may_start must be a function (clock, clocks, s) -> bool, got {may_start!r}")
+
+
+def _ssp_clocks(task, settings: Settings, may_start):
+    """Mode ``ssp``: the clocks on the PS and this worker's wait (:mod:`lab_utils.training.ssp`)."""
+    if settings.mode != "ssp":
+        return None
+    from lab_utils.training.ssp import SSPClocks
+
+    return SSPClocks(task.index, settings.num_workers, settings.staleness, may_start)
+
+
+def _before_step(clocks, sess, task, settings: Settings, delay: float) -> Callable[[], None]:
+    """Before each step: in SSP mode wait for permission (under ``step_timeout``), then
+    the straggler's modelled compute time."""
+    if clocks is None:
+        return lambda: straggle(delay)
+
+    def before() -> None:
+        clocks.wait(sess, settings.step_timeout, task.task)
+        straggle(delay)
+
+    return before
+
+
+def train_worker(
+    task,
+    settings: Settings,
+    *,
+    build: Callable[[Any, Settings], PSGraph],
+    data=None,
+    may_start: Callable[[int, list, Any], bool] | None = None,
+) -> dict:
     """One worker's whole run: its shard, its server, the graph from ``build(task,
     settings)``, the session, the start barrier, the step loop to the target global
     step, the result. Returns the result dict (also reported with ``report.result``).
-    ``data``: the data set to shard (default :func:`lab_utils.data.load_mnist`)."""
+    ``data``: the data set to shard (default :func:`lab_utils.data.load_mnist`).
+    ``may_start(clock, clocks, s) -> bool``: mode ``ssp`` only (and required there),
+    the rule a worker waits on before each step (:mod:`lab_utils.training.ssp`)."""
     from lab_utils.cluster import start_server
     from lab_utils.models import import_tensorflow
 
+    _check_rule(settings, may_start)
     clock = loop.Clock()
     shard = loop.load_shard(settings.num_workers, task.index, settings.batch_size, data)
     target = target_global_steps(settings, shard.n_train)
@@ -509,6 +563,9 @@ def train_worker(task, settings: Settings, *, build: Callable[[Any, Settings], P
         v1.set_random_seed(settings.seed)
         g = build(task, settings)
         fetch = _step_after(g, settings.mode)
+        clocks = _ssp_clocks(task, settings, may_start)
+        if clocks is not None:
+            fetch = clocks.tick(fetch)
         barrier = start_barrier(task.index, settings.num_workers)
         clock.mark("graph")
         test_feed = {g.x: shard.data.x_test, g.y: shard.data.y_test}
@@ -528,11 +585,14 @@ def train_worker(task, settings: Settings, *, build: Callable[[Any, Settings], P
                 global_step=lambda: sess.run(g.global_step),
                 evaluate=(lambda: sess.run(g.accuracy, feed_dict=test_feed)) if task.is_chief else None,
                 eval_every=settings.eval_every,
-                before_step=lambda: straggle(delay),
-                extra=staleness,
+                before_step=_before_step(clocks, sess, task, settings, delay),
+                extra=staleness if clocks is None else clocks.event_fields,
             )
+            if clocks is not None:
+                clocks.finish(sess)  # a finished worker holds nobody back
             head, tail = _result_fields(sess, g, task, settings, target, test_feed)
     clock.mark("end")
-    if staleness is not None:
-        tail.update(staleness.summary())
+    for counts in (staleness, clocks):
+        if counts is not None:
+            tail.update(counts.summary())
     return loop.report_result(head, stats, clock, tail)

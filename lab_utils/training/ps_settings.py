@@ -1,4 +1,7 @@
-"""Settings and command line of a parameter-server task (Labs 2 and 3).
+"""Settings and command line of a parameter-server task (Labs 2, 3 and 6).
+
+Modes: ``async`` (Lab 2), ``sync`` (Lab 3, ``SyncReplicasOptimizer``) and ``ssp``
+(Lab 6: stale-synchronous parallel with a staleness bound, :mod:`lab_utils.training.ssp`).
 
 Everything here runs before TensorFlow is imported, so bad input (a batch size of
 0, more replicas to aggregate than workers, a malformed straggler) ends the task
@@ -15,9 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-MODES = ("async", "sync")
+MODES = ("async", "sync", "ssp")
 #: Default deadline for one train step (a lost token becomes an error, not a hang).
 STEP_TIMEOUT_SECS = 60.0
+#: What ``--staleness`` accepts for "no bound" (ASP): these strings, -1 or ``math.inf``.
+UNBOUNDED = ("inf", "infinity", "∞", "-1")
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class Settings:
     seed: int = 0
     step_timeout: float = STEP_TIMEOUT_SECS
     save_weights: str | None = None  # the chief writes the final model weights here (.npz; Lab 4, Part C)
+    staleness: float | None = None  # ssp only: the bound s, an int >= 0 or math.inf (ASP)
 
     @property
     def replicas(self) -> int:
@@ -83,6 +89,27 @@ def parse_straggler(spec: str | Mapping[str, float] | None) -> dict[str, float]:
     return out
 
 
+def parse_staleness(value: int | float | str) -> int | float:
+    """The staleness bound ``s`` of stale-synchronous parallel (Lab 6): an integer
+    >= 0 (0: lockstep, like BSP), or ``math.inf`` for no bound (ASP), given as
+    ``math.inf``, -1, ``"inf"`` or ``"-1"``. Returns an ``int`` or ``math.inf``."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in UNBOUNDED:
+            return math.inf
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"staleness must be an integer >= 0, or 'inf' / -1 for no bound, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"staleness must be an integer >= 0 or math.inf, got {type(value).__name__} {value!r}")
+    if value == math.inf or value == -1:
+        return math.inf
+    if not math.isfinite(value) or value != int(value) or value < 0:
+        raise ValueError(f"staleness must be an integer >= 0, or math.inf / -1 for no bound, got {value!r}")
+    return int(value)
+
+
 def check_settings(
     mode: str,
     batch_size: int,
@@ -96,6 +123,7 @@ def check_settings(
     seed: int = 0,
     step_timeout: float = STEP_TIMEOUT_SECS,
     save_weights: str | None = None,
+    staleness: int | float | str | None = None,
 ) -> Settings:
     """Validate everything that can be checked before TensorFlow starts; raise
     ``ValueError``/``TypeError`` saying what was given and what is allowed."""
@@ -137,6 +165,12 @@ def check_settings(
                 f"replicas_to_aggregate={replicas_to_aggregate} is more than the {num_workers} worker(s): "
                 f"allowed 1..{num_workers} (fewer than the workers = backup workers)"
             )
+    if mode == "ssp":
+        if staleness is None:
+            raise ValueError("mode='ssp' needs a staleness bound: an integer >= 0, or 'inf' / -1 for no bound (ASP)")
+        staleness = parse_staleness(staleness)
+    elif staleness is not None:
+        raise ValueError(f"staleness only applies to mode='ssp', got staleness={staleness!r} with mode={mode!r}")
     delays = parse_straggler(straggler)
     for name in delays:
         job, _, index = name.partition(":")
@@ -159,6 +193,7 @@ def check_settings(
         seed,
         float(step_timeout),
         save_weights or None,
+        staleness,
     )
 
 
@@ -181,7 +216,7 @@ def target_global_steps(settings: Settings, n_train: int) -> int:
 
 
 def make_parser(mode: str, description: str | None = None) -> argparse.ArgumentParser:
-    """The command line shared by ``train_async.py`` and ``train_sync.py``."""
+    """The command line shared by ``train_async.py``, ``train_sync.py`` and ``train_ssp.py``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     p = argparse.ArgumentParser(description=description)
@@ -201,6 +236,13 @@ def make_parser(mode: str, description: str | None = None) -> argparse.ArgumentP
             type=int,
             default=None,
             help="gradients averaged per global step (default: number of workers)",
+        )
+    if mode == "ssp":
+        p.add_argument(
+            "--staleness",
+            required=True,
+            help="SSP bound s: a worker at clock c waits until every clock is >= c - s "
+            "(0: lockstep like BSP; 'inf' or -1: no bound, ASP)",
         )
     p.add_argument(
         "--straggler",
@@ -252,6 +294,7 @@ def parse_args(mode: str, argv=None, description: str | None = None, env: Mappin
             seed=args.seed,
             step_timeout=args.step_timeout,
             save_weights=args.save_weights,
+            staleness=getattr(args, "staleness", None),
         )
     except (ValueError, TypeError) as exc:
         parser.error(str(exc))
