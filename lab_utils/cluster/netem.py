@@ -33,8 +33,10 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -285,7 +287,7 @@ class Network:
         cases = "".join(f"  {self.address(i)}) ns={ns} ;;\n" for i, ns in enumerate(self.hosts))
         path = Path(folder) / "ssh"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(_SSH.format(cases=cases, subnet=self.subnet))
+        path.write_text(_SSH.format(cases=cases, subnet=self.subnet, tmp=shlex.quote(tempfile.gettempdir())))
         path.chmod(0o755)
         return path
 
@@ -389,8 +391,15 @@ case "$host" in
 {cases}  *) echo "ssh (emulated hosts): $host is not an emulated host of this network" >&2; exit 255 ;;
 esac
 [ $# -gt 0 ] || {{ echo "ssh (emulated hosts): no command for $host" >&2; exit 255; }}
-exec ip netns exec "$ns" /bin/sh -c "$*"
+# Each host its own temporary folder, as a real host has: Open MPI's daemons share this
+# machine's hostname, and in one /tmp they raced on their session directory (1 job in 15).
+mkdir -p {tmp}/"$ns" && TMPDIR={tmp}/"$ns" exec ip netns exec "$ns" /bin/sh -c "$*"
 """
+
+
+def host_tmp(name: str) -> Path:
+    """An emulated host's own temporary folder (its processes' ``TMPDIR``), removed with it."""
+    return Path(tempfile.gettempdir()) / name
 
 
 def remove(record: dict) -> list[str]:
@@ -404,5 +413,7 @@ def remove(record: dict) -> list[str]:
     for name in names:
         if name in present:
             _run(["ip", "netns", "del", name], check=False)
+        if host_tmp(name).is_dir():  # what a host's processes left there
+            shutil.rmtree(host_tmp(name))
     left = set(namespaces())
     return [n for n in names if n in left]
