@@ -1,0 +1,199 @@
+"""The Parallax idea, runnable: sparse gradients through a PS, dense ones through all-reduce.
+
+Parallax (Kim et al., EuroSys 2019; the course's SNU reports used it) starts from one
+observation: a model's variables are not all alike. An embedding table is large, but a
+batch touches a few of its rows: its gradient is *sparse*. A dense layer's gradient is
+dense: every weight, every step. A parameter server is good at sparse variables (a worker
+pulls and pushes only the rows it touched), ring all-reduce at dense ones (every link
+busy, none a bottleneck). So Parallax sends each kind its own way. Parallax itself ran on
+TensorFlow 1.6-1.11 and is gone; :mod:`.hybrid_task` does the same with mpi4py and
+Horovod, on a recommendation model with a 12.8 MB embedding table and a 4.5 MB MLP::
+
+    from lab_utils.training import hybrid
+    table = hybrid.experiment(workers=(2, 4), hosts="emulated:100mbit")
+    hybrid.plot(table)
+
+Three modes, the same synchronous SGD on the same examples (they end with the same loss):
+
+- ``ps``: one PS holds everything; its one link carries every worker's 4.5 MB of dense
+  weights and as much of dense gradients, each step;
+- ``allreduce``: Horovod averages everything, the table's gradient made dense: 17.3 MB
+  through the ring, of which 12.8 MB are zeros but for a few hundred rows;
+- ``hybrid``: the table's rows through the PS (about 90 kB per worker and step), the
+  MLP's gradients through Horovod's ring among the workers.
+
+On 100 Mbit/s links (:func:`lab_utils.cluster.emulated`) the bytes set the pace: the
+table reports each host's link counters (true bytes, TCP/IP included) next to the task's
+own count from its message sizes. Measured on a 2-core machine, 10 steps: with 2 workers a
+step took 0.80 s in ``hybrid``, 1.44 s in ``ps`` and 2.92 s in ``allreduce``; with 4,
+0.90 s, 2.86 s (the PS's link: 36 MB a step) and 2.92 s. The hybrid's PS link carried
+0.18 MB a step where ``ps``'s carried 18 MB (2 workers). Over loopback, where bytes cost
+little, the three are within 2x of each other and 4 workers on 2 cores are
+compute-bound. Without root the runs fall back to local hosts (one line says so) and the
+table says ``emulated: False``: then only the task's own count is there.
+
+Parallax also shards the sparse variables over a PS on every machine and aggregates
+sparse gradients locally first; here one PS serves the table, which is enough to show
+where the bytes go.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from lab_utils.cluster import TF_TASK_MEMORY_BYTES, MPIJob, netem
+from lab_utils.cluster.netem import EmulatedHosts
+from lab_utils.training import hybrid_task
+from lab_utils.training.netexp import RING
+
+__all__ = ["MODES", "RANK_MEMORY_BYTES", "run", "experiment", "plot"]
+
+MODES = hybrid_task.MODES
+#: One rank: TensorFlow and Horovod, a copy of the table, its dense gradient, Horovod's
+#: buffer (an ``allreduce`` worker peaked at 640 MB, measured; a ``hybrid`` one at 550 MB).
+RANK_MEMORY_BYTES = TF_TASK_MEMORY_BYTES + 250 * 1024**2
+
+
+def _task_args(mode: str, steps: int, warmup: int, batch_size: int, options: dict[str, Any]) -> dict[str, Any]:
+    """The task's command line as a dict, checked by the task's own parser (``ValueError``)."""
+    args = {"mode": mode, "steps": steps, "warmup": warmup, "batch-size": batch_size}
+    args.update({key.replace("_", "-"): value for key, value in options.items()})
+    argv = [item for key, value in args.items() for item in (f"--{key}", str(value))]
+    hybrid_task.check_args(argv)
+    return args
+
+
+def _link_mb_per_step(job: MPIJob, steps: int) -> dict[int, float]:
+    """Each emulated host's bytes (sent + received) per step, in MB, from its link's counters."""
+    return {i: (c["sent"] + c["received"]) / steps / 1e6 for i, c in job.network.counters().items()}
+
+
+def run(
+    mode: str,
+    workers: int,
+    *,
+    hosts: str | EmulatedHosts | None = "emulated:100mbit",
+    steps: int = 10,
+    warmup: int = 2,
+    batch_size: int = 256,
+    timeout: float = 300.0,
+    progress: bool = False,
+    **options: Any,
+) -> dict:
+    """One run of ``mode`` with ``workers`` workers (and a PS rank for ``ps`` and ``hybrid``),
+    one rank per emulated host (``hosts``: an :func:`~lab_utils.cluster.emulated` spec or its
+    string, ``"local"`` for loopback). ``options``: more of the task's settings (``users``,
+    ``items``, ``dim``, ``hidden``, ``learning_rate``, ``embedding_learning_rate``, ``seed``).
+
+    Returns one row: ``step_s`` (the slowest worker's median step), ``examples_per_s`` (all
+    workers), ``loss_start`` / ``loss_end``, the task's own count per worker and step
+    (``sparse_mb``, ``dense_mb``, sent + received) and the PS's (``ps_task_mb``), and where
+    emulated, the link counters: ``ps_mb_per_step`` (the PS's host), ``worker_mb_per_step``
+    (a worker's host, mean)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    spec = netem.as_spec(hosts)
+    if spec is not None and spec.n is not None:
+        raise ValueError(f"hosts: one emulated host per rank here, leave n unset (got {spec})")
+    args = _task_args(mode, steps, warmup, batch_size, options)
+    has_ps = mode != "allreduce"
+    job = MPIJob(
+        np=workers + has_ps,
+        script="-m lab_utils.training.hybrid_task",
+        args=args,
+        launcher="mpirun",
+        hosts=spec,
+        launcher_args=RING if mode != "ps" else [],  # Horovod's MPI_Allreduce: Open MPI's ring
+        env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+        memory_per_rank=RANK_MEMORY_BYTES,
+        timeout=timeout,
+        progress=progress,
+        name=f"hybrid-{mode}-{workers}",
+    )
+    with job:
+        results = job.wait()
+    done = [r for r in results.values() if r.get("role") == "worker"]
+    ps = [r for r in results.values() if r.get("role") == "ps"]
+    if len(done) != workers or len(ps) != has_ps:
+        raise RuntimeError(f"{mode} with {workers} workers: not every rank reported a result ({results})")
+    mean = lambda key: statistics.mean(r[key] for r in done)  # noqa: E731
+    row = {
+        "mode": mode,
+        "workers": workers,
+        "emulated": job.network is not None,
+        "network": spec.describe() if job.network is not None else "loopback (not emulated)",
+        "step_s": max(r["step_s"] for r in done),  # a synchronous step ends with its slowest worker
+        "examples_per_s": sum(r["examples_per_s"] for r in done),
+        "loss_start": mean("loss_start"),
+        "loss_end": mean("loss_end"),
+        "unique_rows": mean("unique_rows"),
+        "sparse_mb": (mean("sparse_sent_per_step") + mean("sparse_received_per_step")) / 1e6,
+        "dense_mb": (mean("dense_sent_per_step") + mean("dense_received_per_step")) / 1e6,
+        "ps_task_mb": (ps[0]["sent_per_step"] + ps[0]["received_per_step"]) / 1e6 if ps else None,
+        "ps_mb_per_step": None,
+        "worker_mb_per_step": None,
+    }
+    if job.network is not None:
+        traffic = _link_mb_per_step(job, warmup + steps)
+        row["ps_mb_per_step"] = traffic[0] if has_ps else None
+        row["worker_mb_per_step"] = statistics.mean(traffic[i] for i in range(has_ps, workers + has_ps))
+    return row
+
+
+def experiment(workers: Sequence[int] = (2, 4), modes: Sequence[str] = MODES, **kwargs: Any):
+    """Every mode at every worker count (same model, data and links): a pandas table of
+    :func:`run`'s rows plus ``vs_allreduce``, each run's throughput over all-reduce's with
+    as many workers (when ``allreduce`` is among the modes)."""
+    import pandas as pd
+
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ValueError(f"modes must be a non-empty selection of {MODES}, got {tuple(modes)!r}")
+    spec = netem.as_spec(kwargs.pop("hosts", "emulated:100mbit"))
+    if spec is not None and netem.unavailable_reason() is not None:
+        print(netem.not_emulated(netem.unavailable_reason()), flush=True)  # once, not once per run
+        spec = None
+    rows = []
+    for w in workers:
+        for mode in modes:
+            row = run(mode, w, hosts=spec, **kwargs)
+            print(
+                f"{mode:>9} with {w} worker(s): {row['examples_per_s']:8.1f} examples/s, {row['step_s']:.3f} s per step, "
+                f"{row['sparse_mb'] + row['dense_mb']:.2f} MB per worker and step ({row['network']})",
+                flush=True,
+            )
+            rows.append(row)
+    table = pd.DataFrame(rows)
+    if "allreduce" in modes:
+        ring = table[table["mode"] == "allreduce"].set_index("workers")["examples_per_s"]
+        table["vs_allreduce"] = table["examples_per_s"] / table["workers"].map(ring)
+    return table
+
+
+def plot(table):
+    """Throughput per mode against workers, and the bytes per step of the PS's host and of
+    a worker's (the links' counters where emulated, else the task's own count)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    links = table["worker_mb_per_step"].notna().all()
+    for mode, part in table.groupby("mode", sort=False):
+        line = ax1.plot(part["workers"], part["examples_per_s"], "o-", label=mode)[0]
+        worker = part["worker_mb_per_step"] if links else part["sparse_mb"] + part["dense_mb"]
+        ax2.plot(part["workers"], worker, "s-", color=line.get_color(), label=f"{mode}: a worker")
+        ps = part["ps_mb_per_step"] if links else part["ps_task_mb"]
+        if ps.notna().all():
+            ax2.plot(part["workers"], ps, "o--", color=line.get_color(), label=f"{mode}: the PS")
+    ws = sorted(table["workers"].unique())
+    ax1.set(xlabel="workers", ylabel="examples/s", title="throughput", xticks=ws)
+    ax1.legend()
+    source = "link counters" if links else "the task's message sizes"
+    ax2.set(xlabel="workers", ylabel="MB per step (sent + received)", title=f"traffic per host ({source})", xticks=ws)
+    ax2.set_yscale("log")
+    ax2.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
