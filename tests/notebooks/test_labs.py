@@ -39,6 +39,8 @@ LABS = {
     "04_allreduce": {"min_accuracy": 0.85, "ci_budget_s": 240, "min_graded": 5, "prints": [REFERENCE_SYNC]},
     # synthetic images, AlexNet at width 0.25 after 200 steps on 2 logical CPU devices (Lab 5's CI run)
     "05_alexnet": {"min_accuracy": 0.40, "ci_budget_s": 300, "min_graded": 5, "prints": []},
+    # the uncompressed MLP after 30 steps on emulated 100 Mbit/s links (Lab 6's CI run; issue: under 5 minutes)
+    "06_communication": {"min_accuracy": 0.70, "ci_budget_s": 300, "min_graded": 4, "prints": []},
 }
 
 

@@ -1,6 +1,6 @@
 """Process tests for stale-synchronous parallel (Lab 6): the reference train_ssp.py on 1 PS + 2 workers.
 
-The script is tests/fixtures/ssp_reference.py (Lab 2's graph, the reference ``may_start``);
+The script is Lab 6's instructor train_ssp.py (Lab 2's graph, the reference ``may_start``);
 worker:1 is a straggler (50 ms more per step). Each cluster takes about 6-8 s on 2 cores
 (three TensorFlow imports); the module runs four: s = 0, 1, no bound, and a peer that never
 finishes its step, which must fail within the step timeout. Data: the offline MNIST sample.
@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 import pytest
 
 from lab_utils import report
 from lab_utils.cluster import ClusterError, TFCluster
+from lab_utils.grading import reference_script
 from lab_utils.training import ssp_runs
 
 pytestmark = pytest.mark.process
 
-SCRIPT = Path(__file__).resolve().parents[1] / "fixtures" / "ssp_reference.py"
+SCRIPT = reference_script("06_communication", "train_ssp.py")  # the instructor notebook's
 RUN_BOUND = 120.0  # seconds: a run that takes longer than this counts as hung
 ARGS = {"steps": 80, "batch_size": 50, "eval_every": 20, "straggler": "worker:1=50ms"}
 

@@ -253,6 +253,7 @@ LARGEST_CLUSTER = {
     "03_ps_sync": lambda p: 1 + p["WORKERS"],
     "04_allreduce": lambda p: 1 + max(p["SCALING_NP"]),  # ranks + horovodrun (or 1 PS + workers)
     "05_alexnet": lambda p: 1 + max(p["HVD_NP"]),
+    "06_communication": lambda p: 1 + max(p["HYBRID_WORKERS"]),  # a PS rank + workers (Part C)
 }
 #: the notebook's kernel with TensorFlow and the full MNIST imported (bench_lab_memory: Lab 1's whole run
 #: peaks at 0.34 GB with the offline sample; the full set adds 0.27 GB)

@@ -6,14 +6,14 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from lab_utils.grading import reference_script
 from lab_utils.training import ps, ps_runs, ssp, ssp_runs
 
-REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "ssp_reference.py"
+REFERENCE = reference_script("06_communication", "train_ssp.py")  # the instructor notebook's
 
 
 def tf_config(workers=2, index=0):

@@ -25,6 +25,7 @@ def test_the_course_has_secrets_to_look_for():
         "03_ps_sync",
         "04_allreduce",
         "05_alexnet",
+        "06_communication",
     ]
     kinds = {s.kind for s in course_secrets(notebooks).values()}
     assert kinds == {"solution", "hidden tests"}
