@@ -165,6 +165,16 @@ def not_emulated(reason: str) -> str:
     )
 
 
+def spec_or_local(hosts: str | EmulatedHosts | None) -> EmulatedHosts | None:
+    """For an experiment of many runs: the emulated-hosts spec of ``hosts``, or None (local
+    hosts) with the one fallback line printed here, once, where they cannot be built."""
+    spec = as_spec(hosts)
+    if spec is not None and unavailable_reason() is not None:
+        print(not_emulated(unavailable_reason()), flush=True)
+        return None
+    return spec
+
+
 # ---- what this machine allows
 def _run(cmd: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
     try:
@@ -357,6 +367,10 @@ class Network:
                     "received": int(stats.get("tx", {}).get("bytes", 0)),
                 }
         return out
+
+    def mb_per_step(self, steps: int) -> dict[int, float]:
+        """Each host's MB (sent + received, 10^6 bytes) per step over ``steps`` steps."""
+        return {i: (c["sent"] + c["received"]) / steps / 1e6 for i, c in self.counters().items()}
 
     def destroy(self) -> list[str]:
         """Remove every namespace (the veths and qdiscs go with them). Returns what could

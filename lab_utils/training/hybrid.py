@@ -65,11 +65,6 @@ def _task_args(mode: str, steps: int, warmup: int, batch_size: int, options: dic
     return args
 
 
-def _link_mb_per_step(job: MPIJob, steps: int) -> dict[int, float]:
-    """Each emulated host's bytes (sent + received) per step, in MB, from its link's counters."""
-    return {i: (c["sent"] + c["received"]) / steps / 1e6 for i, c in job.network.counters().items()}
-
-
 def run(
     mode: str,
     workers: int,
@@ -138,7 +133,7 @@ def run(
         "worker_mb_per_step": None,
     }
     if job.network is not None:
-        traffic = _link_mb_per_step(job, warmup + steps)
+        traffic = job.network.mb_per_step(warmup + steps)
         row["ps_mb_per_step"] = traffic[0] if has_ps else None
         row["worker_mb_per_step"] = statistics.mean(traffic[i] for i in range(has_ps, workers + has_ps))
     return row
@@ -153,10 +148,7 @@ def experiment(workers: Sequence[int] = (2, 4), modes: Sequence[str] = MODES, **
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise ValueError(f"modes must be a non-empty selection of {MODES}, got {tuple(modes)!r}")
-    spec = netem.as_spec(kwargs.pop("hosts", "emulated:100mbit"))
-    if spec is not None and netem.unavailable_reason() is not None:
-        print(netem.not_emulated(netem.unavailable_reason()), flush=True)  # once, not once per run
-        spec = None
+    spec = netem.spec_or_local(kwargs.pop("hosts", "emulated:100mbit"))  # the fallback line once, not per run
     rows = []
     for w in workers:
         for mode in modes:

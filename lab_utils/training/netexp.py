@@ -7,7 +7,7 @@ loopback that cannot show: the network is free. On emulated hosts
 (:func:`lab_utils.cluster.emulated`) each rank has its own shaped link, so it does::
 
     from lab_utils.training import netexp
-    table = netexp.experiment(workers=(1, 2, 4), hosts="emulated:bandwidth=100mbit", mb=3)
+    table = netexp.experiment(workers=(1, 2, 4), hosts="emulated:100mbit", mb=3)
     netexp.plot(table)
 
 Both modes run the same step (:mod:`.netexp_task`): ``compute_s`` seconds of modelled
@@ -39,7 +39,7 @@ def run(
     mode: str,
     workers: int,
     *,
-    hosts: str | EmulatedHosts | None = "emulated:bandwidth=100mbit",
+    hosts: str | EmulatedHosts | None = "emulated:100mbit",
     mb: float = 3.0,
     steps: int = 5,
     warmup: int = 1,
@@ -87,8 +87,7 @@ def run(
         "examples_per_s": sum(r["examples_per_s"] for r in done),
     }
     if job.network is not None:
-        counts, per_step = job.network.counters(), warmup + steps
-        traffic = {i: (c["sent"] + c["received"]) / per_step / 1e6 for i, c in counts.items()}
+        traffic = job.network.mb_per_step(warmup + steps)
         worker_hosts = list(range(1, np_)) if mode == "ps" else list(range(np_))
         row["ps_mb_per_step"] = traffic[0] if mode == "ps" else None
         row["worker_mb_per_step"] = statistics.mean(traffic[i] for i in worker_hosts)
@@ -104,11 +103,7 @@ def experiment(
     the speedup over the mode's own smallest run and the ideal (linear) one."""
     import pandas as pd
 
-    hosts = kwargs.pop("hosts", "emulated:bandwidth=100mbit")
-    spec = netem.as_spec(hosts)
-    if spec is not None and netem.unavailable_reason() is not None:
-        print(netem.not_emulated(netem.unavailable_reason()), flush=True)  # once, not once per run
-        spec = None
+    spec = netem.spec_or_local(kwargs.pop("hosts", "emulated:100mbit"))  # the fallback line once, not per run
     rows = []
     for mode in modes:
         for w in workers:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lab_utils.cluster import netem
 from lab_utils.training import hybrid, hybrid_task
 
 SMALL = hybrid_task.Settings(batch_size=64, users=500, items=2000, dim=8, hidden=16)
@@ -133,11 +134,15 @@ def test_message_bytes_per_mode():
 
 
 class _FakeNetwork:
+    """A Network whose links counted ``counters`` (its own per-step arithmetic, unchanged)."""
+
     def __init__(self, counters):
         self._counters = counters
 
     def counters(self):
         return self._counters
+
+    mb_per_step = netem.Network.mb_per_step
 
 
 class _FakeJob:

@@ -200,3 +200,18 @@ def test_mpijob_on_a_hostfile_and_on_slurm(tmp_path, monkeypatch):
     monkeypatch.setattr(hosts, "slurm_hosts", lambda: ["c01", "c02"])
     job = MPIJob(np=2, script=script, launcher="mpirun", hosts="slurm")
     assert job.hosts == ["c01:1", "c02:1"]
+
+
+def test_spec_or_local_says_once_why_hosts_are_local(monkeypatch, capsys):
+    monkeypatch.setattr(netem, "unavailable_reason", lambda: "creating network namespaces needs root")
+    assert netem.spec_or_local("emulated:100mbit") is None
+    assert netem.spec_or_local("local") is None
+    assert capsys.readouterr().out.count("hosts are not emulated (creating network namespaces needs root)") == 1
+    monkeypatch.setattr(netem, "unavailable_reason", lambda: None)
+    assert netem.spec_or_local("emulated:100mbit") == netem.EmulatedHosts(bandwidth="100mbit")
+
+
+def test_mb_per_step_from_the_link_counters(monkeypatch):
+    net = netem.Network(netem.emulated(), 2)
+    monkeypatch.setattr(net, "counters", lambda: {0: {"sent": 3e6, "received": 1e6}, 1: {"sent": 0, "received": 2e6}})
+    assert net.mb_per_step(4) == {0: 1.0, 1: 0.5}
