@@ -18,7 +18,15 @@
   Horovod / one-process / MWMS runs, weight comparisons, the timeline summary,
   scaling tables.
 
-Labs 5-6 add theirs here (``towers``, ``compression``). The
-generic layers (cluster, metrics, data, report, plots, ...) never import this
+- ``netexp`` (+ ``netexp_task``): Lab 4, Part D: PS against ring all-reduce on
+  emulated links.
+- ``devices``, ``towers``, ``towers_runs``: Lab 5 (AlexNet on several devices).
+- Lab 6: ``compression`` (+ ``compression_task``, ``compression_runs``): the
+  students' 1-bit and top-k compressors with error feedback, exchanged with Horovod;
+  ``ssp`` (+ ``ssp_runs``): stale-synchronous parallel on the Lab 2-3 PS; ``hybrid``
+  (+ ``hybrid_task``): Parallax's sparse-through-PS, dense-through-all-reduce. The
+  scaling model is :mod:`lab_utils.simulate` (no processes, so not here).
+
+The generic layers (cluster, metrics, data, report, plots, ...) never import this
 package. Importing a module here does not import TensorFlow.
 """
