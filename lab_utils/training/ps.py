@@ -520,14 +520,53 @@ def _ssp_clocks(task, settings: Settings, may_start):
     return SSPClocks(task.index, settings.num_workers, settings.staleness, may_start)
 
 
-def _before_step(clocks, sess, task, settings: Settings, delay: float) -> Callable[[], None]:
-    """Before each step: in SSP mode wait for permission (under ``step_timeout``), then
+def _token_queue_size(g: PSGraph, settings: Settings):
+    """Mode ``sync`` with R = N and no initial tokens: an op reading how many tokens wait in
+    the SyncReplicasOptimizer's token queue on the PS; None otherwise.
+
+    Why: the queue is shared, not one per worker. A worker that finishes its step before
+    a slower one has taken its token can take that token too, push a second gradient for
+    the next update and fill it alone: the update then averages one worker's batches twice
+    and the other's not at all (a weight difference of 5 % against one big-batch process,
+    seen about once in 20 runs under load). Starting a step only when every token of the
+    last update has been taken makes each update average one gradient per worker."""
+    if settings.mode != "sync" or settings.replicas != settings.num_workers or settings.num_workers < 2:
+        return None
+    hooks = [h for h in g.hooks if type(h).__name__ == "_SyncReplicasOptimizerHook"]
+    if len(hooks) != 1 or getattr(hooks[0], "_num_tokens", None) != 0:
+        return None  # initial tokens let every worker run one step ahead: nothing to pace here
+    import tensorflow as tf
+
+    graph = tf.compat.v1.get_default_graph()
+    queues = [op for op in graph.get_operations() if op.type == "FIFOQueueV2" and op.name.endswith("sync_token_q")]
+    if len(queues) != 1:
+        return None
+    with tf.compat.v1.colocate_with(queues[0]):
+        return tf.raw_ops.QueueSizeV2(handle=queues[0].outputs[0])
+
+
+def _wait_for_tokens_taken(sess, size, task, timeout: float) -> None:
+    """Poll the token queue until it is empty (every worker has its token), under ``timeout``."""
+    deadline, pause = time.monotonic() + timeout, 0.001
+    while sess.run(size) > 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{task.task}: another worker did not take its token for {timeout:g} s (did it fail? see its log)"
+            )
+        time.sleep(pause)  # polling the PS under a deadline, backing off to 20 ms
+        pause = min(2 * pause, 0.02)
+
+
+def _before_step(clocks, sess, task, settings: Settings, delay: float, tokens=None) -> Callable[[], None]:
+    """Before each step: in SSP mode wait for permission (under ``step_timeout``); in sync
+    mode with R = N, for every worker to have its token (:func:`_token_queue_size`); then
     the straggler's modelled compute time."""
-    if clocks is None:
-        return lambda: straggle(delay)
 
     def before() -> None:
-        clocks.wait(sess, settings.step_timeout, task.task)
+        if clocks is not None:
+            clocks.wait(sess, settings.step_timeout, task.task)
+        if tokens is not None:
+            _wait_for_tokens_taken(sess, tokens, task, settings.step_timeout)
         straggle(delay)
 
     return before
@@ -564,6 +603,7 @@ def train_worker(
         g = build(task, settings)
         fetch = _step_after(g, settings.mode)
         clocks = _ssp_clocks(task, settings, may_start)
+        tokens = _token_queue_size(g, settings)
         if clocks is not None:
             fetch = clocks.tick(fetch)
         barrier = start_barrier(task.index, settings.num_workers)
@@ -585,7 +625,7 @@ def train_worker(
                 global_step=lambda: sess.run(g.global_step),
                 evaluate=(lambda: sess.run(g.accuracy, feed_dict=test_feed)) if task.is_chief else None,
                 eval_every=settings.eval_every,
-                before_step=_before_step(clocks, sess, task, settings, delay),
+                before_step=_before_step(clocks, sess, task, settings, delay, tokens),
                 extra=staleness if clocks is None else clocks.event_fields,
             )
             if clocks is not None:

@@ -158,3 +158,43 @@ def test_scripts_reject_bad_input_before_tensorflow(mode, argv, message):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.strip() == "exit 2 False", (out.stdout, out.stderr)
     assert message in out.stderr
+
+
+class _SyncReplicasOptimizerHook:  # the name train_worker looks for; only its token count matters here
+    def __init__(self, num_tokens):
+        self._num_tokens = num_tokens
+
+
+def _graph(*hooks):
+    return pst.PSGraph(None, None, None, None, None, None, hooks=list(hooks))
+
+
+def test_only_sync_runs_with_r_equal_n_and_no_initial_tokens_are_paced():
+    """The token-queue pacing (one gradient per worker per update) applies exactly where an
+    update must average every worker once: sync, R = N > 1, num_tokens=0."""
+    hook = _SyncReplicasOptimizerHook(0)
+    assert pst._token_queue_size(_graph(hook), pst.check_settings("async", 60, 2)) is None
+    assert pst._token_queue_size(_graph(hook), pst.check_settings("sync", 60, 3, replicas_to_aggregate=2)) is None
+    assert pst._token_queue_size(_graph(hook), pst.check_settings("sync", 60, 1)) is None
+    assert pst._token_queue_size(_graph(_SyncReplicasOptimizerHook(-1)), pst.check_settings("sync", 60, 2)) is None
+    assert pst._token_queue_size(_graph(), pst.check_settings("sync", 60, 2)) is None
+
+
+class _Queue:
+    """A session whose token queue empties after ``left`` reads (or never)."""
+
+    def __init__(self, left):
+        self.left, self.reads = left, 0
+
+    def run(self, _op):
+        self.reads += 1
+        return max(0, self.left - self.reads + 1) if self.left is not None else 1
+
+
+def test_a_worker_starts_once_every_token_is_taken_and_fails_by_name_when_one_never_is():
+    task = type("Task", (), {"task": "worker:0"})()
+    sess = _Queue(left=3)
+    pst._wait_for_tokens_taken(sess, "size", task, timeout=5)
+    assert sess.reads == 4  # three reads with a token waiting, then the empty queue
+    with pytest.raises(RuntimeError, match="worker:0: another worker did not take its token for 0.05 s"):
+        pst._wait_for_tokens_taken(_Queue(left=None), "size", task, timeout=0.05)
