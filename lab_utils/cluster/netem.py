@@ -157,6 +157,14 @@ def as_spec(hosts: str | EmulatedHosts | None) -> EmulatedHosts | None:
     return parse_hosts(hosts) if isinstance(hosts, str) else hosts
 
 
+def host_per_rank(hosts: str | EmulatedHosts | None) -> EmulatedHosts | None:
+    """:func:`as_spec` for a job that puts each rank on a host of its own (``n`` must be unset)."""
+    spec = as_spec(hosts)
+    if spec is not None and spec.n is not None:
+        raise ValueError(f"hosts: one emulated host per rank here, leave n unset (got {spec})")
+    return spec
+
+
 def not_emulated(reason: str) -> str:
     """The one line a job (or an experiment) prints when it falls back to local hosts."""
     return (

@@ -162,9 +162,7 @@ def run(
     compression_task.check_args(format_args(argv))
     if method in STUDENT_FUNCTIONS:
         check_student(argv["student"], method)
-    spec = netem.as_spec(hosts)
-    if spec is not None and spec.n is not None:
-        raise ValueError(f"hosts: one emulated host per rank here, leave n unset (got {spec})")
+    spec = netem.host_per_rank(hosts)
     run_dir = new_run_dir(f"compression-{method}")
     weights = None
     if save_weights:

@@ -43,10 +43,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from lab_utils.cluster import TF_TASK_MEMORY_BYTES, MPIJob, netem
+from lab_utils.cluster import TF_TASK_MEMORY_BYTES, netem
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training import hybrid_task
-from lab_utils.training.netexp import RING
+from lab_utils.training.netexp import run_ranks
 
 __all__ = ["MODES", "RANK_MEMORY_BYTES", "run", "experiment", "plot"]
 
@@ -89,53 +89,30 @@ def run(
     (a worker's host, mean)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    spec = netem.as_spec(hosts)
-    if spec is not None and spec.n is not None:
-        raise ValueError(f"hosts: one emulated host per rank here, leave n unset (got {spec})")
-    args = _task_args(mode, steps, warmup, batch_size, options)
     has_ps = mode != "allreduce"
-    job = MPIJob(
-        np=workers + has_ps,
-        script="-m lab_utils.training.hybrid_task",
-        args=args,
-        launcher="mpirun",
-        hosts=spec,
-        launcher_args=RING if mode != "ps" else [],  # Horovod's MPI_Allreduce: Open MPI's ring
-        env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+    row, done, ps = run_ranks(
+        "-m lab_utils.training.hybrid_task",
+        _task_args(mode, steps, warmup, batch_size, options),
+        mode=mode,
+        workers=workers,
+        has_ps=has_ps,
+        ring=mode != "ps",  # Horovod's MPI_Allreduce: Open MPI's ring
+        hosts=hosts,
+        steps=warmup + steps,
         memory_per_rank=RANK_MEMORY_BYTES,
         timeout=timeout,
         progress=progress,
         name=f"hybrid-{mode}-{workers}",
     )
-    with job:
-        results = job.wait()
-    done = [r for r in results.values() if r.get("role") == "worker"]
-    ps = [r for r in results.values() if r.get("role") == "ps"]
-    if len(done) != workers or len(ps) != has_ps:
-        raise RuntimeError(f"{mode} with {workers} workers: not every rank reported a result ({results})")
     mean = lambda key: statistics.mean(r[key] for r in done)  # noqa: E731
-    row = {
-        "mode": mode,
-        "workers": workers,
-        "emulated": job.network is not None,
-        "network": spec.describe() if job.network is not None else "loopback (not emulated)",
-        "step_s": max(r["step_s"] for r in done),  # a synchronous step ends with its slowest worker
-        "examples_per_s": sum(r["examples_per_s"] for r in done),
-        "loss_start": mean("loss_start"),
-        "loss_end": mean("loss_end"),
-        "unique_rows": mean("unique_rows"),
-        "sparse_mb": (mean("sparse_sent_per_step") + mean("sparse_received_per_step")) / 1e6,
-        "dense_mb": (mean("dense_sent_per_step") + mean("dense_received_per_step")) / 1e6,
-        "ps_task_mb": (ps[0]["sent_per_step"] + ps[0]["received_per_step"]) / 1e6 if ps else None,
-        "ps_mb_per_step": None,
-        "worker_mb_per_step": None,
-    }
-    if job.network is not None:
-        traffic = job.network.mb_per_step(warmup + steps)
-        row["ps_mb_per_step"] = traffic[0] if has_ps else None
-        row["worker_mb_per_step"] = statistics.mean(traffic[i] for i in range(has_ps, workers + has_ps))
+    row.update(
+        loss_start=mean("loss_start"),
+        loss_end=mean("loss_end"),
+        unique_rows=mean("unique_rows"),
+        sparse_mb=(mean("sparse_sent_per_step") + mean("sparse_received_per_step")) / 1e6,
+        dense_mb=(mean("dense_sent_per_step") + mean("dense_received_per_step")) / 1e6,
+        ps_task_mb=(ps[0]["sent_per_step"] + ps[0]["received_per_step"]) / 1e6 if ps else None,
+    )
     return row
 
 

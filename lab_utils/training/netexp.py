@@ -35,6 +35,67 @@ RING = ["--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allre
 RANK_MEMORY_BYTES = 200 * 1024**2
 
 
+def run_ranks(
+    script: str,
+    args: dict,
+    *,
+    mode: str,
+    workers: int,
+    has_ps: bool,
+    ring: bool,
+    hosts: str | EmulatedHosts | None,
+    steps: int,
+    memory_per_rank: int,
+    timeout: float,
+    progress: bool,
+    name: str,
+) -> tuple[dict, list[dict], list[dict]]:
+    """One experiment run, one mpi4py rank per emulated host (a PS rank first when
+    ``has_ps``): checked, launched with mpirun (Open MPI's ring for MPI_Allreduce when
+    ``ring``), waited for. Returns ``(row, worker results, PS results)``; the row holds
+    what every experiment reports: ``mode``, ``workers``, ``emulated``, ``network``,
+    ``step_s`` (the slowest worker's), ``examples_per_s`` (all workers) and, from the
+    links' counters over ``steps`` steps, ``ps_mb_per_step`` and ``worker_mb_per_step``
+    (None where not emulated). :mod:`.hybrid` runs its modes with it too."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    spec = netem.host_per_rank(hosts)
+    job = MPIJob(
+        np=workers + has_ps,
+        script=script,
+        args=args,
+        launcher="mpirun",
+        hosts=spec,
+        launcher_args=RING if ring else [],
+        env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+        memory_per_rank=memory_per_rank,
+        timeout=timeout,
+        progress=progress,
+        name=name,
+    )
+    with job:
+        results = job.wait()
+    done = [r for r in results.values() if r.get("role") == "worker"]
+    ps = [r for r in results.values() if r.get("role") == "ps"]
+    if len(done) != workers or len(ps) != has_ps:
+        raise RuntimeError(f"{mode} with {workers} workers: not every rank reported a result ({results})")
+    row = {
+        "mode": mode,
+        "workers": workers,
+        "emulated": job.network is not None,
+        "network": spec.describe() if job.network is not None else "loopback (not emulated)",
+        "step_s": max(r["step_s"] for r in done),  # a synchronous step ends with its slowest worker
+        "examples_per_s": sum(r["examples_per_s"] for r in done),
+        "ps_mb_per_step": None,
+        "worker_mb_per_step": None,
+    }
+    if job.network is not None:
+        traffic = job.network.mb_per_step(steps)
+        row["ps_mb_per_step"] = traffic[0] if has_ps else None
+        row["worker_mb_per_step"] = statistics.mean(traffic[i] for i in range(has_ps, workers + has_ps))
+    return row, done, ps
+
+
 def run(
     mode: str,
     workers: int,
@@ -52,45 +113,21 @@ def run(
     ``"local"`` for loopback). Returns throughput, step time and each role's bytes per step."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    spec = netem.as_spec(hosts)
-    if spec is not None and spec.n is not None:
-        raise ValueError(f"hosts: one emulated host per rank here, leave n unset (got {spec})")
-    np_ = workers + (1 if mode == "ps" else 0)
-    args = {"mode": mode, "mb": mb, "steps": steps, "warmup": warmup, "compute-s": compute_s}
-    job = MPIJob(
-        np=np_,
-        script="-m lab_utils.training.netexp_task",
-        args=args,
-        launcher="mpirun",
-        hosts=spec,
-        launcher_args=RING if mode == "allreduce" else [],
-        env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+    row, done, _ = run_ranks(
+        "-m lab_utils.training.netexp_task",
+        {"mode": mode, "mb": mb, "steps": steps, "warmup": warmup, "compute-s": compute_s},
+        mode=mode,
+        workers=workers,
+        has_ps=mode == "ps",
+        ring=mode == "allreduce",
+        hosts=hosts,
+        steps=warmup + steps,
         memory_per_rank=RANK_MEMORY_BYTES,
         timeout=timeout,
         progress=progress,
         name=f"netexp-{mode}-{workers}",
     )
-    with job:
-        results = job.wait()
-    done = [r for r in results.values() if r.get("role") == "worker"]
-    if len(done) != workers:
-        raise RuntimeError(f"{mode} with {workers} workers: {len(done)} workers reported a result ({results})")
-    row = {
-        "mode": mode,
-        "workers": workers,
-        "emulated": job.network is not None,
-        "network": spec.describe() if job.network is not None else "loopback (not emulated)",
-        "gradient_mb": done[0]["gradient_bytes"] / 1e6,
-        "step_s": max(r["step_s"] for r in done),  # a synchronous step ends with its slowest worker
-        "examples_per_s": sum(r["examples_per_s"] for r in done),
-    }
-    if job.network is not None:
-        traffic = job.network.mb_per_step(warmup + steps)
-        worker_hosts = list(range(1, np_)) if mode == "ps" else list(range(np_))
-        row["ps_mb_per_step"] = traffic[0] if mode == "ps" else None
-        row["worker_mb_per_step"] = statistics.mean(traffic[i] for i in worker_hosts)
+    row["gradient_mb"] = done[0]["gradient_bytes"] / 1e6
     return row
 
 

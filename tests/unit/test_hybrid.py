@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lab_utils.cluster import netem
-from lab_utils.training import hybrid, hybrid_task
+from lab_utils.training import hybrid, hybrid_task, netexp
 
 SMALL = hybrid_task.Settings(batch_size=64, users=500, items=2000, dim=8, hidden=16)
 
@@ -31,7 +31,7 @@ SMALL = hybrid_task.Settings(batch_size=64, users=500, items=2000, dim=8, hidden
     ],
 )
 def test_run_refuses_bad_arguments_before_launching(kwargs, match, monkeypatch):
-    monkeypatch.setattr(hybrid, "MPIJob", None)  # nothing may launch
+    monkeypatch.setattr(netexp, "MPIJob", None)  # nothing may launch
     with pytest.raises(ValueError, match=match):
         hybrid.run(**kwargs)
 
@@ -180,12 +180,12 @@ class _FakeJob:
 
 
 def test_a_runs_row_from_the_ranks_results_and_the_link_counters(monkeypatch):
-    monkeypatch.setattr(hybrid, "MPIJob", _FakeJob)
+    monkeypatch.setattr(netexp, "MPIJob", _FakeJob)
     row = hybrid.run("hybrid", 2, hosts="emulated:100mbit", steps=3, warmup=1)
     job = _FakeJob.made[-1]
     assert job.np == 3  # a PS and two workers
     assert job.args["mode"] == "hybrid" and job.args["steps"] == 3
-    assert job.kwargs["launcher"] == "mpirun" and job.kwargs["launcher_args"] == hybrid.RING
+    assert job.kwargs["launcher"] == "mpirun" and job.kwargs["launcher_args"] == netexp.RING
     assert row["step_s"] == pytest.approx(0.7)  # the slowest worker
     assert row["examples_per_s"] == 1024.0
     assert row["sparse_mb"] == pytest.approx(0.3) and row["dense_mb"] == pytest.approx(6.0)
@@ -201,7 +201,7 @@ def test_an_incomplete_run_is_an_error(monkeypatch):
         def wait(self):
             return {k: v for k, v in super().wait().items() if k != "rank:2"}
 
-    monkeypatch.setattr(hybrid, "MPIJob", Lost)
+    monkeypatch.setattr(netexp, "MPIJob", Lost)
     with pytest.raises(RuntimeError, match="hybrid with 2 workers: not every rank reported"):
         hybrid.run("hybrid", 2, hosts="local")
 

@@ -215,3 +215,10 @@ def test_mb_per_step_from_the_link_counters(monkeypatch):
     net = netem.Network(netem.emulated(), 2)
     monkeypatch.setattr(net, "counters", lambda: {0: {"sent": 3e6, "received": 1e6}, 1: {"sent": 0, "received": 2e6}})
     assert net.mb_per_step(4) == {0: 1.0, 1: 0.5}
+
+
+def test_host_per_rank_refuses_a_host_count():
+    assert netem.host_per_rank("emulated:100mbit") == netem.EmulatedHosts(bandwidth="100mbit")
+    assert netem.host_per_rank("local") is None
+    with pytest.raises(ValueError, match="one emulated host per rank here, leave n unset"):
+        netem.host_per_rank("emulated:100mbit,n=2")
