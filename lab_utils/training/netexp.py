@@ -56,7 +56,7 @@ def run_ranks(
     what every experiment reports: ``mode``, ``workers``, ``emulated``, ``network``,
     ``step_s`` (the slowest worker's), ``examples_per_s`` (all workers) and, from the
     links' counters over ``steps`` steps, ``ps_mb_per_step`` and ``worker_mb_per_step``
-    (None where not emulated). :mod:`.hybrid` runs its modes with it too."""
+    (where emulated only). :mod:`.hybrid` runs its modes with it too."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     spec = netem.host_per_rank(hosts)
@@ -86,8 +86,6 @@ def run_ranks(
         "network": spec.describe() if job.network is not None else "loopback (not emulated)",
         "step_s": max(r["step_s"] for r in done),  # a synchronous step ends with its slowest worker
         "examples_per_s": sum(r["examples_per_s"] for r in done),
-        "ps_mb_per_step": None,
-        "worker_mb_per_step": None,
     }
     if job.network is not None:
         traffic = job.network.mb_per_step(steps)
