@@ -212,8 +212,12 @@ def test_a_script_that_forges_its_throughput_gets_no_throughput_credit(forged, l
     assert [f["kind"] for f in r["flags"]] == ["forged throughput"], r["flags"]
     claimed = float(r["flags"][0]["detail"].split(" claims ")[1].split("x")[0])
     assert claimed > 10, r["flags"]  # 50x the truth, seen through the run-to-run noise
-    timing = next(x for x in _outputs(root, "forged", lab).splitlines() if x.startswith("[grading-timing] "))
-    assert json.loads(timing.removeprefix("[grading-timing] "))["band"] == 0  # as fast as the reference, in truth
+    line = next(x for x in _outputs(root, "forged", lab).splitlines() if x.startswith("[grading-timing] "))
+    timing = json.loads(line.removeprefix("[grading-timing] "))
+    # The clock alone would have earned credit (every lab's hidden test has two bands: band 2
+    # earns nothing), so the 0 is the flag's. Not band 0: one round with another sandbox
+    # training beside it can cost a band (CI saw ratio < 0.73 against Lab 5's 0.8 edge).
+    assert timing["band"] < 2, timing
     assert _left_running() == []
 
 
