@@ -224,14 +224,17 @@ def new_run_dir(kind: str) -> Path:
     return path
 
 
-def _finish(job, results: dict, label, method, ranks, args, t0, weights, timeline=None, monitor=None) -> TrainRun:
-    """A :class:`TrainRun` from a finished job whose ``results`` are keyed ``rank:<r>``."""
+def finish_run(
+    job, results: dict, label, method, ranks, args, t0, weights, timeline=None, monitor=None, cls=TrainRun, **extra
+) -> TrainRun:
+    """A :class:`TrainRun` (or its subclass ``cls``, with ``extra`` fields) from a finished
+    job whose ``results`` are keyed ``rank:<r>``; a rank without a result is an error."""
     missing = [f"rank:{r}" for r in range(ranks) if f"rank:{r}" not in results]
     if missing:
         raise RuntimeError(f"{', '.join(missing)} exited 0 without a result; logs in {job.run_dir}")
     events = pd.DataFrame.from_records(job.events("step"))
     wall = time.monotonic() - t0
-    return TrainRun(label, method, ranks, results, events, wall, args, str(job.run_dir), weights, timeline, monitor)
+    return cls(label, method, ranks, results, events, wall, args, str(job.run_dir), weights, timeline, monitor, **extra)
 
 
 def run_hvd(
@@ -283,7 +286,7 @@ def run_hvd(
     with job:
         mon = watch(job, interval=interval, sample=monitor, live=live)
     label = label or f"horovod {controller} np={np}"
-    return _finish(job, job.results(), label, f"horovod ({controller})", np, args, t0, weights, tl, mon)
+    return finish_run(job, job.results(), label, f"horovod ({controller})", np, args, t0, weights, tl, mon)
 
 
 def _tf_run(
@@ -309,7 +312,7 @@ def _tf_run(
     results = {f"rank:{r['rank']}": r for r in cluster.results().values()}  # worker:i -> rank:i
     method = "one process" if strategy == "single" else "mwms (ring)"
     label = label or f"{method} x{workers}"
-    return _finish(cluster, results, label, method, workers, args, t0, weights, None, mon)
+    return finish_run(cluster, results, label, method, workers, args, t0, weights, None, mon)
 
 
 def run_single(

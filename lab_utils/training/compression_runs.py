@@ -37,7 +37,7 @@ from lab_utils.cluster.job import format_args
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training import compression_task
 from lab_utils.training.allreduce import load_weights_file
-from lab_utils.training.allreduce_runs import TrainRun, new_run_dir
+from lab_utils.training.allreduce_runs import TrainRun, finish_run, new_run_dir
 from lab_utils.training.compression import METHODS, STUDENT_FUNCTIONS, ErrorFeedback, make_codec, student_needs
 
 __all__ = ["CompressionRun", "check_student", "run", "summary", "plot"]
@@ -183,24 +183,22 @@ def run(
     )
     with job:
         results = job.wait()
-    missing = [f"rank:{r}" for r in range(np) if f"rank:{r}" not in results]
-    if missing:
-        raise RuntimeError(f"{', '.join(missing)} exited 0 without a result; logs in {job.run_dir}")
     emulated = job.network is not None
     network = spec.describe() if emulated else "loopback (not emulated)"
     link = None
     if emulated:  # the warm-up step crossed the links too
         link = statistics.mean(c["sent"] for c in job.network.counters().values()) / (steps + 1)
-    return CompressionRun(
-        label=label or f"{method}, {np} ranks, {network}",
-        method=f"horovod ({controller})",
-        ranks=np,
-        results=results,
-        events=pd.DataFrame.from_records(job.events("step")),
-        wall_time=time.monotonic() - t0,
-        args=argv,
-        run_dir=str(job.run_dir),
-        weights_path=weights,
+    label = label or f"{method}, {np} ranks, {network}"
+    return finish_run(
+        job,
+        results,
+        label,
+        f"horovod ({controller})",
+        np,
+        argv,
+        t0,
+        weights,
+        cls=CompressionRun,
         compression=method,
         network=network,
         emulated=emulated,
