@@ -26,7 +26,9 @@ import statistics
 from collections.abc import Sequence
 
 from lab_utils.cluster import MPIJob, netem
+from lab_utils.cluster.job import format_args
 from lab_utils.cluster.netem import EmulatedHosts
+from lab_utils.training import netexp_task
 
 MODES = ("ps", "allreduce")
 #: Open MPI: choose the ring algorithm for MPI_Allreduce (coll/tuned's algorithm 4).
@@ -111,9 +113,11 @@ def run(
     ``"local"`` for loopback). Returns throughput, step time and each role's bytes per step."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    args = {"mode": mode, "mb": mb, "steps": steps, "warmup": warmup, "compute-s": compute_s}
+    netexp_task.check_args(format_args(args))  # bad sizes raise ValueError here, not in the ranks' logs
     row, done, _ = run_ranks(
         "-m lab_utils.training.netexp_task",
-        {"mode": mode, "mb": mb, "steps": steps, "warmup": warmup, "compute-s": compute_s},
+        args,
         mode=mode,
         workers=workers,
         has_ps=mode == "ps",
