@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -60,6 +61,11 @@ def _check_release(labs, root: Path, labs_dir: Path) -> int:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    # Ctrl-C (or kill -INT) always stops a batch. A command started in the background by a
+    # non-interactive shell (nohup, a CI harness, `make autograde &`) inherits SIGINT *ignored*,
+    # and Python keeps an inherited SIG_IGN: the interrupt was lost and the batch graded the
+    # whole class. An entry point, not library code, so it may set the handler (as ipykernel does).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     labs = [s for s in getattr(args, "labs", "").split(",") if s]
     root = Path(args.root)
     labs_dir = Path(args.labs_dir) if args.labs_dir else root.resolve().parent / "labs"

@@ -234,31 +234,37 @@ def _sandboxes_of(pid: int) -> list[str]:
 
 
 def test_ctrl_c_stops_the_batch_at_once_and_the_same_command_resumes(tmp_path):
-    """An instructor's Ctrl-C: the batch stops within seconds (not after the whole class),
-    keeps what is graded, leaves nothing running, and the same command grades only the rest."""
+    """An instructor's Ctrl-C: the batch stops at once (not after the whole class), keeps what
+    is graded, leaves nothing running, and the same command grades only the rest.
+
+    The batch starts with SIGINT *ignored*, every time: what a non-interactive shell does to
+    a background job (``make test &``, a CI harness without job control). Python keeps an
+    inherited SIG_IGN, so the interrupt was lost on such a machine and the whole class was
+    graded (exit 0); the CLI now installs its handler itself."""
     import signal
     import subprocess
-    import time
 
     root, subs = crafted.course(tmp_path, [LAB])
     students = [f"s{i}" for i in range(5)]
     for s in students:
         crafted.write("blank", LAB, subs, student=s, root=root)
     cmd = [sys.executable, "-m", "lab_utils.grading", "--root", str(root), "autograde", str(subs), "--jobs", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
     lines = []
     for line in proc.stdout:  # the first result line: one graded, the next one executing, one prepared
         lines.append(line)
         if line.startswith("[1/5 "):
             break
     assert lines and lines[-1].startswith("[1/5 "), "".join(lines)
-    t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
-    stopped_in = time.monotonic() - t0
+    try:  # a hang guard, not a speed limit
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the batch did not stop within 120 s of Ctrl-C: " + "".join(lines) + proc.communicate()[0])
     assert proc.returncode == 130, "".join(lines) + out
     assert "autograde interrupted: finished results are kept" in out and "Traceback" not in out, out
-    assert stopped_in < 15, f"took {stopped_in:.0f} s to stop"  # it kills, it does not grade the rest
     assert _sandboxes_of(proc.pid) == []
     kept = {p.stem.split(".")[0]: p for p in (root / "results").glob("*/*.json")}
     done = {p.parent.name for p in kept.values()}
