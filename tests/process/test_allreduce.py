@@ -6,7 +6,6 @@ MultiWorkerMirroredStrategy end with the same weights, and a broken equivalence 
 from __future__ import annotations
 
 import os
-import time
 
 import psutil
 import pytest
@@ -67,16 +66,15 @@ def test_wrong_rings_are_reported_per_case(tmp_path, name):
     assert table["problem"].str.contains(problem).all(), table["problem"].tolist()
 
 
+@pytest.mark.timeout(120)  # a hang guard: the job's own 8 s timeout must end it
 def test_a_deadlocked_ring_ends_at_the_timeout_with_the_log(tmp_path):
     path = tmp_path / "ring.py"
     path.write_text(
         "import numpy as np\n\ndef ring_allreduce(comm, x):\n"
         "    buf = np.empty_like(x)\n    comm.Recv(buf, source=(comm.Get_rank() + 1) % comm.Get_size())\n    return buf\n"
     )
-    start = time.monotonic()
     with pytest.raises(ClusterError, match="run timeout of 8 s"):
         allreduce_runs.check_ring(path, np=2, sizes=[4], dtypes=["int64"], timeout=8)
-    assert time.monotonic() - start < 30
 
 
 def test_busbw_sweep_times_every_method(ring_ref):

@@ -117,13 +117,12 @@ def test_sigint_at_any_moment_of_an_mpi_job(run_root, delay):
 def test_sigint_during_stop_escalates_to_sigkill(run_root):
     """Tasks that ignore SIGTERM keep stop() in its grace period; an interrupt there kills them at once.
     (An MPIJob's stop has no such window: mpirun itself SIGKILLs ranks that ignore SIGTERM.)"""
-    proc = kernel("--stop", "--grace", "20", "--args", json.dumps({"hang_task": "worker:1", "ignore_term": True}))
+    # a grace period far longer than interrupt_and_check's 30 s hang guard: waiting it out fails the test
+    proc = kernel("--stop", "--grace", "600", "--args", json.dumps({"hang_task": "worker:1", "ignore_term": True}))
     json.loads(proc.stdout.readline())  # started; the kernel is now in stop()
-    t0 = time.monotonic()
-    time.sleep(0.5)  # inside stop()'s 20 s grace period: where the interrupt must land
+    time.sleep(0.5)  # inside stop()'s grace period: where the interrupt must land
     assert proc.poll() is None, "stop() ended before the interrupt: the test would prove nothing"
     interrupt_and_check(proc, run_root)
-    assert time.monotonic() - t0 < 15, "the interrupt must not wait for the 20 s grace period"
 
 
 def test_interrupt_inside_popen_leaves_no_stray(run_root, monkeypatch):

@@ -12,7 +12,6 @@ LABS_OFFLINE=1; the launcher passes the environment on to the tasks).
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 
@@ -40,21 +39,19 @@ def scripts():
 
 
 def run(script, args: dict, workers: int = 2):
-    """Run a cluster to the end; return (results, step events per worker, cluster, seconds)."""
-    t0 = time.monotonic()
+    """Run a cluster to the end; return (results, step events per worker, cluster)."""
     with TFCluster(ps=1, workers=workers, script=script, args=args, timeout=RUN_BOUND, progress=False) as c:
         results = c.wait()
-    seconds = time.monotonic() - t0
     steps = {t.name: report.read_events(t.events_path, "step") for t in c.tasks if t.role == "worker"}
     # every process ended: workers by themselves (exit 0), the PS stopped by the launcher
     states = {t.name: (t.state, t.exit_code) for t in c.tasks}
     assert all(states[f"worker:{i}"] == ("done", 0) for i in range(workers)), states
     assert states["ps:0"][0] == "stopped" and not any(t.running() for t in c.tasks), states
-    return results, steps, c, seconds
+    return results, steps, c
 
 
 def test_async_reaches_accuracy_and_reports_throughput(scripts):
-    results, steps, _, _ = run(scripts["async"], {"steps": 200, "batch_size": 50, "eval_every": 50})
+    results, steps, _ = run(scripts["async"], {"steps": 200, "batch_size": 50, "eval_every": 50})
     assert set(results) == {"worker:0", "worker:1"}
     for name, r in results.items():
         assert r["mode"] == "async"
@@ -77,7 +74,7 @@ def test_async_reaches_accuracy_and_reports_throughput(scripts):
 
 
 def test_async_straggler_does_not_stop_the_others_and_is_stale(scripts):
-    results, steps, _, _ = run(
+    results, steps, _ = run(
         scripts["async"], {"steps": 300, "batch_size": 50, "eval_every": 0, "straggler": "worker:1=30ms"}
     )
     fast, slow = results["worker:0"], results["worker:1"]
@@ -110,15 +107,14 @@ def check_sync(results, target, replicas, workers=2):
 
 
 def test_sync_global_step_and_gradients_per_step_exact(scripts):
-    results, steps, _, seconds = run(scripts["sync"], {"steps": 100, "batch_size": 50, "eval_every": 25})
+    results, steps, _ = run(scripts["sync"], {"steps": 100, "batch_size": 50, "eval_every": 25})
     check_sync(results, 100, 2)
     assert all(r["local_steps"] == 100 for r in results.values())  # R = N: one gradient per worker per step
     assert results["worker:0"]["accuracy"] >= 0.80
-    assert seconds < RUN_BOUND
 
 
 def test_sync_backup_worker_with_straggler(scripts):
-    results, _, _, _ = run(
+    results, _, _ = run(
         scripts["sync"], {"steps": 60, "batch_size": 50, "replicas_to_aggregate": 1, "straggler": "worker:1=30ms"}
     )
     check_sync(results, 60, 1)
@@ -131,7 +127,7 @@ def test_sync_epochs_mean_steps_per_epoch_global_steps(scripts):
     # 1 epoch = ceil(n_train / batch) global steps (the CS 744 convention); 10 on the offline sample
     n_train = len(load_mnist(verbose=False).y_train)
     target = math.ceil(n_train / 400)
-    results, _, _, _ = run(scripts["sync"], {"epochs": 1, "batch_size": 400})
+    results, _, _ = run(scripts["sync"], {"epochs": 1, "batch_size": 400})
     check_sync(results, target, 2)
     assert results["worker:0"]["target_global_steps"] == target
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 import pytest
 
@@ -66,8 +65,7 @@ def test_the_gate_hears_ready_and_executed_then_end_of_file():
         assert gate.wait_for(EXECUTED, 5) is True
     finally:
         os.close(note_fd)
-    t0 = time.monotonic()
-    assert gate.wait_for(EXECUTED, 5) is False and time.monotonic() - t0 < 1  # the worker is gone
+    assert gate.wait_for(EXECUTED, 5) is False  # the worker is gone (False), not a timeout (None)
     gate.close()
     with pytest.raises(RuntimeError, match="closed the gate"):
         wait_for_go(go_fd)  # the batch went away before the turn
