@@ -4,6 +4,7 @@
 #   scripts/setup.sh            # CPU (tensorflow-cpu==2.15.1)
 #   GPU=1 scripts/setup.sh      # tensorflow[and-cuda]==2.15.1 and Horovod with NCCL
 #   PYTHON=/path/to/python3.11 scripts/setup.sh
+#   (no Python 3.11 on the machine: scripts/find-python.sh gets one with uv, saying so)
 #
 # The environment counts as complete only when the stamp file is written, as the very
 # last step, after Horovod imports and reports TensorFlow, MPI and Gloo. A failed or
@@ -38,18 +39,9 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python"
 fi
 
 # ---- Python 3.11 -------------------------------------------------------------------
+# On PATH, or from uv's managed Pythons when the system has none (scripts/find-python.sh)
 is_py311() { "$1" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null; }
-PY=""
-for cand in ${PYTHON:-} python3.11 python3; do
-  if command -v "$cand" >/dev/null 2>&1 && is_py311 "$cand"; then PY=$(command -v "$cand"); break; fi
-done
-if [ -z "$PY" ]; then
-  die "Python 3.11 is needed (TensorFlow 2.15.1 supports 3.9-3.11 and Horovod 0.28.1 is built against it), none found${PYTHON:+ (PYTHON=$PYTHON is not 3.11)}.
-  Get it one of these ways, then run the same make command again:
-    conda:  conda env create -f environment.yml && conda activate dl-labs   (no make needed)
-    pyenv:  pyenv install 3.11 && make test PYTHON=\$(pyenv root)/versions/3.11*/bin/python3.11
-    Debian/Ubuntu:  apt-get install python3.11 python3.11-venv python3.11-dev   (Ubuntu: deadsnakes PPA)"
-fi
+PY=$(bash "$ROOT/scripts/find-python.sh") || exit 1
 "$PY" -c 'import venv, ensurepip' 2>/dev/null || die "$PY lacks venv/ensurepip: install python3.11-venv"
 INCLUDE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 [ -f "$INCLUDE/Python.h" ] || die "Python headers missing ($INCLUDE/Python.h), needed to build Horovod: install python3.11-dev"

@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,10 +20,99 @@ def test_setup_without_python311_explains_and_builds_nothing(tmp_path):
     for name in ("python3.11", "python3"):
         _fake_python(bindir, name, "3.10")
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "VENV": str(tmp_path / "venv"), "HOME": str(tmp_path)}
+    env["LABS_TOOLS_DIR"] = str(tmp_path / "tools")  # no python3 can install uv there: the manual ways
     proc = subprocess.run(["bash", str(ROOT / "scripts/setup.sh")], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "Python 3.11 is needed" in proc.stderr and "pyenv" in proc.stderr and "conda" in proc.stderr
-    assert not (tmp_path / "venv").exists()
+    assert "uv could not be installed" in proc.stderr
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "tools" / "uv").exists()
+
+
+#: a stand-in for uv: logs its arguments; `python find 3.11` finds Debian's 3.11 only once
+#: `python install 3.11` has run (as the real one finds its managed Python)
+STUB_UV = """#!/bin/sh
+echo "$*" >> "{log}"
+case "$*" in
+  "python install 3.11") touch "{log}.installed" ;;
+  "python find 3.11") [ -e "{log}.installed" ] && echo /usr/bin/python3.11 || exit 2 ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def _python312(bindir: Path) -> None:
+    """python3 that is not 3.11 (it answers the version probe no) but otherwise works."""
+    p = bindir / "python3"
+    p.write_text('#!/bin/sh\ncase "$*" in *"(3, 11)"*) exit 1 ;; esac\nexec /usr/bin/python3.11 "$@"\n')
+    p.chmod(0o755)
+
+
+def _find_python(bindir: Path, tmp_path: Path, **env):
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "LABS_TOOLS_DIR": str(tmp_path / "tools"), **env}
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts/find-python.sh")], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_without_python311_setup_gets_one_with_uv_and_says_so(tmp_path):
+    """Ubuntu 24.04 (3.12) or Debian 13 (3.13): 3.11 hidden from PATH, uv on it."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _fake_python(bindir, "python3.11", "3.12")
+    _python312(bindir)
+    log = tmp_path / "uv.log"
+    (bindir / "uv").write_text(STUB_UV.format(log=log))
+    (bindir / "uv").chmod(0o755)
+    proc = _find_python(bindir, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "/usr/bin/python3.11\n"  # stdout holds only the interpreter
+    said = [line for line in proc.stderr.splitlines() if "getting one with uv" in line]
+    assert len(said) == 1 and "uv python install 3.11" in said[0], proc.stderr
+    assert log.read_text().splitlines() == ["python find 3.11", "python install 3.11", "python find 3.11"]
+
+
+def test_a_python311_on_path_is_used_without_uv(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "uv").write_text("#!/bin/sh\nexit 99\n")
+    (bindir / "uv").chmod(0o755)
+    proc = _find_python(bindir, tmp_path, PYTHON="/usr/bin/python3.11")
+    assert proc.returncode == 0 and proc.stdout == "/usr/bin/python3.11\n" and proc.stderr == "", proc.stderr
+
+
+def _stub_uv_wheel(folder: Path, log: Path) -> None:
+    """A wheel named uv whose one script is the stand-in above: what pip installs from PyPI."""
+    name = "uv-0.0.1"
+    files = {
+        f"{name}.data/scripts/uv": STUB_UV.format(log=log),
+        f"{name}.dist-info/METADATA": "Metadata-Version: 2.1\nName: uv\nVersion: 0.0.1\n",
+        f"{name}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{name}.dist-info/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{name}.dist-info/RECORD,,\n"
+    folder.mkdir()
+    with zipfile.ZipFile(folder / f"{name}-py3-none-any.whl", "w") as whl:
+        for path, text in files.items():
+            info = zipfile.ZipInfo(path)
+            info.external_attr = 0o100755 << 16  # a regular, executable file, as in uv's real wheel
+            whl.writestr(info, text)
+
+
+def test_uv_comes_from_pypi_through_any_python3(tmp_path):
+    """No uv anywhere: any python3 installs it (here from a local index standing in for PyPI)
+    into the tools folder, not the system, and the next run finds it there."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _fake_python(bindir, "python3.11", "3.12")
+    _python312(bindir)
+    log = tmp_path / "uv.log"
+    _stub_uv_wheel(tmp_path / "index", log)
+    pip = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "index"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    proc = _find_python(bindir, tmp_path, **pip)
+    assert proc.returncode == 0, proc.stderr
+    assert "installing uv from PyPI" in proc.stderr and proc.stdout == "/usr/bin/python3.11\n"
+    assert (tmp_path / "tools" / "uv" / "bin" / "uv").is_file()
+    again = _find_python(bindir, tmp_path, **pip)
+    assert again.returncode == 0 and "installing uv" not in again.stderr, again.stderr
 
 
 def test_setup_rejects_bad_gpu_flag(tmp_path):
