@@ -8,7 +8,7 @@ COURSE ?= grading
 export VENV
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab lint test test-fast run release check-release autograde grades feedback doctor bench lock clean
+.PHONY: help setup lab lint test test-fast test-slow run release check-release autograde grades feedback doctor bench lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -28,6 +28,9 @@ lint: setup  ## ruff: lint and format check of the whole tree (configured in pyp
 
 test: setup lint  ## lint, then the whole test suite (unit, process, notebook); PYTEST_ARGS=... to narrow it
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-slow:  ## make test on a machine made slower: a CPU quota of CPUS cores (default 0.8; root), else busy loops beside it
+	@bash scripts/slow-test.sh
 
 test-fast: setup  ## unit tests only (seconds)
 	$(PY) -m pytest -m "not process and not notebook" $(PYTEST_ARGS)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["Sandbox", "SandboxError", "cgroup_support", "listening_ports", "MARKER"]
+__all__ = ["Sandbox", "SandboxError", "cgroup_support", "leftover_cgroups", "listening_ports", "MARKER"]
 
 #: Environment variable every process of a sandbox inherits (its name).
 MARKER = "LAB_SANDBOX"
@@ -54,6 +54,25 @@ def cgroup_support() -> str | None:
     if all((_V1 / c / "cgroup.procs").is_file() for c in _CONTROLLERS_V1):
         return "v1"
     return None
+
+
+def own_cgroup_v1(controller: str, proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = _V1) -> Path:
+    """This process's cgroup folder for a v1 ``controller``: a sandbox nests under it, so a
+    quota or limit set above the grader (a Slurm job's, a container's, ``make test-slow``'s)
+    also bounds every submission it grades. The hierarchy's root where none is listed."""
+    for line in proc_cgroup.read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return root / controller / path.lstrip("/")
+    return root / controller
+
+
+def leftover_cgroups(pid: int) -> list[Path]:
+    """The cgroups of the grading batch ``pid``'s sandboxes that still exist (named
+    ``labgrade-<slot>-<pid>``, wherever they nest)."""
+    if cgroup_support() == "v1":
+        return sorted(p for c in _CONTROLLERS_V1 for p in own_cgroup_v1(c).glob(f"labgrade-*-{pid}"))
+    return sorted(_V1.glob(f"labgrade-*-{pid}"))
 
 
 def listening_ports(pid: int) -> list[int]:
@@ -107,6 +126,7 @@ class Sandbox:
         if isolate and not self.cgroup:
             raise SandboxError("an isolated sandbox needs root and cgroups (memory, pids, cpu)")
         self._dirs: list[Path] = []
+        self._memory_dir: Path | None = None
         self._proc: subprocess.Popen | None = None
         if self.cgroup:
             self._make_cgroup()
@@ -132,23 +152,23 @@ class Sandbox:
     def _make_cgroup(self) -> None:
         try:
             if self.cgroup == "v1":
-                for ctrl in _CONTROLLERS_V1:
-                    d = _V1 / ctrl / self.name
+                dirs = {ctrl: own_cgroup_v1(ctrl) / self.name for ctrl in _CONTROLLERS_V1}
+                for d in dirs.values():
                     d.mkdir()
                     self._dirs.append(d)
-                mem = _V1 / "memory" / self.name
+                mem = self._memory_dir = dirs["memory"]
                 _write(mem / "memory.limit_in_bytes", int(self.memory_mb * 2**20))
                 if (mem / "memory.memsw.limit_in_bytes").exists():
                     _write(mem / "memory.memsw.limit_in_bytes", int(self.memory_mb * 2**20))
                 _write(mem / "memory.swappiness", 0)
-                _write(_V1 / "pids" / self.name / "pids.max", int(self.max_processes))
-                cpu = _V1 / "cpu" / self.name
+                _write(dirs["pids"] / "pids.max", int(self.max_processes))
+                cpu = dirs["cpu"]
                 period = int((cpu / "cpu.cfs_period_us").read_text())
                 _write(cpu / "cpu.cfs_quota_us", int(self._cpus() * period))
-            else:
+            else:  # v2: at the root (a cgroup with processes in it cannot delegate controllers)
                 parent = Path(_V1)
                 _write(parent / "cgroup.subtree_control", "+memory +pids +cpu")
-                d = parent / self.name
+                d = self._memory_dir = parent / self.name
                 d.mkdir()
                 self._dirs.append(d)
                 _write(d / "memory.max", int(self.memory_mb * 2**20))
@@ -217,11 +237,10 @@ class Sandbox:
         does not keep one (cgroup v2 before Linux 5.19)."""
         if not self._dirs:
             return None
-        name = (
-            "memory/" + self.name + "/memory.max_usage_in_bytes" if self.cgroup == "v1" else self.name + "/memory.peak"
-        )
         try:
-            return int((_V1 / name).read_text())
+            return int(
+                (self._memory_dir / ("memory.max_usage_in_bytes" if self.cgroup == "v1" else "memory.peak")).read_text()
+            )
         except (FileNotFoundError, ValueError):
             return None
 

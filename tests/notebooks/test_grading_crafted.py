@@ -18,7 +18,7 @@ import pytest
 
 from lab_utils import grading
 from lab_utils.grading import batch, scripts
-from lab_utils.grading.sandbox import MARKER
+from lab_utils.grading.sandbox import MARKER, leftover_cgroups
 from lab_utils.grading.tracebacks import QUOTE_NOTICE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
@@ -135,7 +135,7 @@ def test_two_gradings_of_one_correct_submission_give_the_same_throughput_band(gr
 def test_nothing_is_left_running_and_the_course_holds_every_result(graded):
     root, _, results = graded
     assert _left_running() == []
-    assert not list(Path("/sys/fs/cgroup/pids").glob(f"labgrade-*-{os.getpid()}"))  # its cgroups removed
+    assert leftover_cgroups(os.getpid()) == []  # its cgroups removed
     for student in results:
         assert (root / "autograded" / student / LAB / f"{LAB}.ipynb").is_file()
         assert list((root / "feedback" / student / LAB).glob("*.html"))
@@ -223,7 +223,7 @@ def test_a_script_that_forges_its_throughput_gets_no_throughput_credit(forged, l
 
 def _sandboxes_of(pid: int) -> list[str]:
     """Processes and cgroups of the grading batch ``pid``'s sandboxes (named ``labgrade-<slot>-<pid>``)."""
-    found = [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/labgrade-*-{pid}")]
+    found = [str(p) for p in leftover_cgroups(pid)]
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
             if p.environ().get(MARKER, "").endswith(f"-{pid}"):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import nbformat
 import pytest
 
 from lab_utils import grading
-from lab_utils.grading import accounting, settings, throughput
+from lab_utils.grading import accounting, sandbox, settings, throughput
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import crafted  # noqa: E402
@@ -154,3 +155,24 @@ def test_changed_and_deleted_cells_are_flagged_and_restored(tmp_path):
 def test_flag_lines_round_trip():
     line = accounting.flag_line("inconclusive timing", "ratio 0.5")
     assert line.startswith(accounting.FLAG_PREFIX) and line.endswith("inconclusive timing: ratio 0.5")
+
+
+def test_own_cgroup_is_read_per_controller(tmp_path):
+    proc = tmp_path / "cgroup"
+    proc.write_text("9:name=systemd:/\n4:memory:/process_api/abc\n2:cpu,cpuacct:/labs-slow-7\n1:pids:/\n0::/\n")
+    root = tmp_path / "fs"
+    assert sandbox.own_cgroup_v1("memory", proc, root) == root / "memory" / "process_api" / "abc"
+    assert sandbox.own_cgroup_v1("cpu", proc, root) == root / "cpu" / "labs-slow-7"
+    assert sandbox.own_cgroup_v1("pids", proc, root) == root / "pids"
+    assert sandbox.own_cgroup_v1("freezer", proc, root) == root / "freezer"  # not listed: the root
+
+
+def test_a_sandbox_nests_under_the_graders_own_cgroup():
+    """So a quota above the grader (a Slurm job, make test-slow) bounds what it grades too."""
+    if sandbox.cgroup_support() != "v1":
+        pytest.skip("needs root and cgroup v1 (this machine's kind); v2 sandboxes sit at the root")
+    with sandbox.Sandbox("nest-check", memory_mb=64, cpus=0.5, max_processes=8) as box:
+        dirs = sandbox.leftover_cgroups(os.getpid())
+        assert {d.parent for d in dirs} == {sandbox.own_cgroup_v1(c) for c in ("memory", "pids", "cpu")}, dirs
+        assert all(d.name == box.name for d in dirs) and len(dirs) == 3
+    assert sandbox.leftover_cgroups(os.getpid()) == []
