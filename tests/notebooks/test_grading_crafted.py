@@ -1,8 +1,9 @@
 """An instructor's worst week: crafted submissions graded as a class, in parallel
 sandboxes. Lab 1 meets every kind; Labs 2-5 a half-done submission (the kernel killed,
-one exercise looping) and a complete one whose training script forges its throughput.
-Each gets the expected score and flag, nothing is left running, a second run resumes
-without grading anything again, and Ctrl-C stops a batch at once."""
+one exercise looping), each lab in a course of its own. (A complete Lab 2-5 submission
+whose training script forges its throughput is graded in tests/notebooks/test_labs.py,
+as that lab's solution.) Each gets the expected score and flag, nothing is left running,
+a second run resumes without grading anything again, and Ctrl-C stops a batch at once."""
 
 from __future__ import annotations
 
@@ -159,23 +160,23 @@ def test_a_second_run_resumes_and_a_changed_submission_is_graded_again(graded):
         assert again[student]["provenance"]["graded_at"] == results[student]["provenance"]["graded_at"]
 
 
-@pytest.fixture(scope="module")
-def patchy(tmp_path_factory):
-    """Labs 2-5 handed in half done: the kernel killed early, one exercise looping."""
-    labs = sorted(crafted.PATCHY)
+@pytest.fixture(scope="module", params=sorted(crafted.PATCHY))
+def patchy(request, tmp_path_factory):
+    """One of Labs 2-5 handed in half done: the kernel killed early, one exercise looping.
+    One lab per course and per batch, so that each fixture stays well inside its test's
+    timeout on a slow machine."""
+    lab = request.param
     settings = "defaults:\n  cell_timeout: 30\n  interrupt_grace: 10\n"
-    root, subs = crafted.course(tmp_path_factory.mktemp("patchy"), labs, settings)
-    for lab in labs:
-        crafted.write("patchy", lab, subs, root=root)
-    # jobs=4: two of these 2-core notebooks at once on 2 cores (as fast as the suite needs;
-    # the oversubscription slows each one, which these tests do not time)
-    return root, {r["lab"]: r for r in batch.autograde(subs, labs, root, jobs=4)}
+    root, subs = crafted.course(tmp_path_factory.mktemp(f"patchy-{lab}"), [lab], settings)
+    crafted.write("patchy", lab, subs, root=root)
+    (result,) = batch.autograde(subs, [lab], root)
+    return lab, root, result
 
 
-@pytest.mark.parametrize("lab", sorted(crafted.PATCHY))
-def test_a_dead_kernel_or_a_loop_costs_only_what_depends_on_it(patchy, lab):
-    root, results = patchy
-    r, plan = results[lab], crafted.PATCHY[lab]
+@pytest.mark.timeout(600)  # about 60 s on 2 cores: a hang guard with room for a machine 2.5x slower
+def test_a_dead_kernel_or_a_loop_costs_only_what_depends_on_it(patchy):
+    lab, root, r = patchy
+    plan = crafted.PATCHY[lab]
     assert r["status"] == "graded", (r.get("reason"), r.get("log_tail"))
     points = crafted.test_points(lab, root)
     statuses = {c["grade_id"]: c["status"] for c in r["cells"]}
@@ -184,40 +185,6 @@ def test_a_dead_kernel_or_a_loop_costs_only_what_depends_on_it(patchy, lab):
     assert r["score"] == sum(points[g] for g in plan["passes"]), r["cells"]
     kinds = {f["kind"] for f in r["flags"]}
     assert kinds == {"kernel died", *(["timed out"] if crafted.patchy_loops(lab) else [])}, r["flags"]
-    assert _left_running() == []
-
-
-@pytest.fixture(scope="module")
-def forged(tmp_path_factory):
-    """Labs 2-5 complete, but their training scripts report 50x their speed (one timing round:
-    the claim is checked against the clock of each run, whatever their number)."""
-    labs = sorted(crafted.FORGE_SCRIPT)
-    root, subs = crafted.course(
-        tmp_path_factory.mktemp("forged"), labs, "defaults:\n  timing: {rounds: 1, max_rounds: 1}\n"
-    )
-    for lab in labs:
-        crafted.write("forged", lab, subs, root=root)
-    return root, {r["lab"]: r for r in batch.autograde(subs, labs, root, jobs=4)}  # two at once, as above
-
-
-@pytest.mark.parametrize("lab", sorted(crafted.FORGE_SCRIPT))
-def test_a_script_that_forges_its_throughput_gets_no_throughput_credit(forged, lab):
-    root, results = forged
-    r = results[lab]
-    assert r["status"] == "graded", (r.get("reason"), r.get("log_tail"))
-    points = crafted.test_points(lab, root)
-    statuses = {c["grade_id"]: c["status"] for c in r["cells"]}
-    assert {g for g, s in statuses.items() if s != "passed"} == {"test_throughput"}, r["cells"]
-    assert r["score"] == sum(points.values()) - points["test_throughput"], r["cells"]
-    assert [f["kind"] for f in r["flags"]] == ["forged throughput"], r["flags"]
-    claimed = float(r["flags"][0]["detail"].split(" claims ")[1].split("x")[0])
-    assert claimed > 10, r["flags"]  # 50x the truth, seen through the run-to-run noise
-    line = next(x for x in _outputs(root, "forged", lab).splitlines() if x.startswith("[grading-timing] "))
-    timing = json.loads(line.removeprefix("[grading-timing] "))
-    # The clock alone would have earned credit (every lab's hidden test has two bands: band 2
-    # earns nothing), so the 0 is the flag's. Not band 0: one round with another sandbox
-    # training beside it can cost a band (CI saw ratio < 0.73 against Lab 5's 0.8 edge).
-    assert timing["band"] < 2, timing
     assert _left_running() == []
 
 
