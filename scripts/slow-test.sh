@@ -4,30 +4,36 @@
 #
 #   make test-slow                 # CPU quota of 0.8 cores for the whole suite
 #   make test-slow CPUS=0.5 PYTEST_ARGS="-m process"
+#   bash scripts/slow-test.sh CMD ARGS...    # any other command slowed the same way
 #
 # How it slows the machine, said in one line when it starts:
 #   - root with cgroups: the suite, and everything it starts, in a cgroup of its own with a CPU
 #     quota of CPUS cores (v1 cpu.cfs_quota_us, or v2 cpu.max), under this shell's own cgroup;
 #     the grading sandboxes nest inside it (lab_utils.grading.sandbox), so they are slowed too.
 #     The cgroup is removed at the end.
-#   - otherwise: BUSY busy loops (default 3) at the same priority beside the suite, stopped at
-#     the end; on 2 cores that leaves the suite about 0.8 of a core when it wants two.
-# Prints the suite's wall time at the end; exits with make test's status.
+#   - otherwise (or SLOW_BY=busy): BUSY busy loops (default 3) at the same priority beside the
+#     suite, stopped at the end; on 2 cores that leaves the suite about 0.8 of a core when it
+#     wants two.
+# Prints the suite's wall time at the end; exits with the command's status.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CPUS=${CPUS:-0.8}
 BUSY=${BUSY:-3}
+SLOW_BY=${SLOW_BY:-quota}
+[ $# -gt 0 ] || set -- make test
 say() { printf '==> slow-test: %s\n' "$*"; }
 die() { printf 'slow-test: %s\n' "$*" >&2; exit 2; }
 
 awk -v c="$CPUS" 'BEGIN { exit !(c + 0 > 0.05) }' || die "CPUS must be a number of cores above 0.05, got CPUS=$CPUS"
 case "$BUSY" in '' | *[!0-9]*) die "BUSY must be a whole number of busy loops, got BUSY=$BUSY" ;; esac
+case "$SLOW_BY" in quota | busy) ;; *) die "SLOW_BY must be quota or busy, got SLOW_BY=$SLOW_BY" ;; esac
 
 CG="" BUSY_PIDS=()
 cleanup() {
   local pid
   for pid in "${BUSY_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${BUSY_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done  # gone before this script is
   if [ -n "$CG" ] && [ -d "$CG" ]; then
     for _ in $(seq 50); do rmdir "$CG" 2>/dev/null && break; sleep 0.1; done  # its last tasks leave asynchronously
     [ ! -d "$CG" ] || printf 'slow-test: could not remove %s (processes left in it: %s)\n' "$CG" "$(cat "$CG/cgroup.procs")" >&2
@@ -56,23 +62,24 @@ make_cgroup() {
 
 cd "$ROOT"
 start=$(date +%s)
-if make_cgroup; then
-  say "the suite runs in cgroup ${CG#/sys/fs/cgroup/} with a CPU quota of $CPUS cores (of $(nproc))"
+if [ "$SLOW_BY" = quota ] && make_cgroup; then
+  say "$* runs in cgroup ${CG#/sys/fs/cgroup/} with a CPU quota of $CPUS cores (of $(nproc))"
   set +e
-  bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$CG" make test
+  bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$CG" "$@"
   rc=$?
   set -e
 else
   CG=""
-  say "no cgroup can be made here (not root, or no cpu controller): $BUSY busy loops beside the suite instead"
+  [ "$SLOW_BY" = busy ] || say "no cgroup can be made here (not root, or no cpu controller): busy loops instead"
+  say "$* runs beside $BUSY busy loops"
   for _ in $(seq "$BUSY"); do
     bash -c 'while :; do :; done' &
     BUSY_PIDS+=($!)
   done
   set +e
-  make test
+  "$@"
   rc=$?
   set -e
 fi
-say "make test exited $rc after $(( ($(date +%s) - start) / 60 )) min $(( ($(date +%s) - start) % 60 )) s"
+say "$* exited $rc after $(( ($(date +%s) - start) / 60 )) min $(( ($(date +%s) - start) % 60 )) s"
 exit "$rc"

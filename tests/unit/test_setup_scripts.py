@@ -157,3 +157,38 @@ def test_failed_build_leaves_no_stamp(tmp_path):
     proc = subprocess.run(["bash", str(ROOT / "scripts/setup.sh")], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "up to date" not in proc.stdout
+
+
+def _slow(*cmd: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts/slow-test.sh"), *cmd],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_slow_test_runs_the_command_under_a_cpu_quota_and_removes_its_cgroup():
+    proc = _slow("cat", "/proc/self/cgroup", CPUS="0.5")
+    assert proc.returncode == 0, proc.stderr
+    if "CPU quota of 0.5 cores" not in proc.stdout:  # not root: the busy loops, said so
+        assert "no cgroup can be made here" in proc.stdout and "busy loops" in proc.stdout, proc.stdout
+        return
+    cgroup = proc.stdout.split("runs in cgroup ")[1].split()[0]  # e.g. cpu/labs-slow-123
+    assert any(line.endswith("/" + cgroup.split("/")[-1]) for line in proc.stdout.splitlines()), proc.stdout
+    assert not (Path("/sys/fs/cgroup") / cgroup).exists()  # removed with the command's end
+
+
+def test_slow_test_busy_loops_end_with_the_command():
+    proc = _slow("bash", "-c", "pgrep -f -x 'bash -c while :; do :; done' | sort", SLOW_BY="busy", BUSY="2")
+    assert proc.returncode == 0 and "beside 2 busy loops" in proc.stdout, proc.stdout + proc.stderr
+    loops = [int(x) for x in proc.stdout.splitlines() if x.strip().isdigit()]
+    assert len(loops) >= 2
+    assert not [pid for pid in loops if Path(f"/proc/{pid}").exists()], loops  # all stopped
+
+
+def test_slow_test_refuses_bad_settings_and_passes_the_exit_code_on():
+    assert _slow("true", CPUS="abc").returncode == 2
+    assert _slow("true", SLOW_BY="sometimes").returncode == 2
+    assert _slow("bash", "-c", "exit 7", SLOW_BY="busy", BUSY="0").returncode == 7
