@@ -182,6 +182,10 @@ def _run_all(page, tries: int = 3) -> None:
     clone's CI once left the interrupt notebook unrun (saved with no execution count)
     after a click JupyterLab had not taken while it settled the just-opened document."""
     for _ in range(tries):
+        dialog = page.locator(".jp-Dialog")
+        if dialog.count():  # a modal dialog takes every click: say what it asks
+            page.screenshot(path=str(ARTIFACTS / "dialog.png"), full_page=True)
+            raise AssertionError(f"a dialog is open before Run All Cells: {dialog.first.inner_text()!r}")
         page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
         page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click()
         try:  # a queued or running cell shows [*], a finished one [n]: not the unrun [ ]

@@ -216,7 +216,7 @@ def test_source_autogrades_to_full_marks(lab, course):
     result = json.loads((root / "results" / "solution" / f"{lab}.json").read_text())
     assert {c["grade_id"] for c in result["cells"] if c["status"] != "passed"} == forged, result["cells"]
     if not forged:
-        assert result["flags"] == [], result["flags"]
+        assert {f["kind"] for f in result["flags"]} <= crafted.NOISE_FLAGS, result["flags"]
         return
     # the forged speed earned nothing, and it was the flag that took it: by the clock alone
     # the script (the instructor's) is in the top band
