@@ -183,7 +183,9 @@ def course(lab, tmp_path_factory):
     root, subs = crafted.course(tmp, [lab])
     crafted.write("forged" if lab in crafted.FORGE_SCRIPT else "correct", lab, subs, student="solution", root=root)
     crafted.write("vandal", lab, subs, student="blank", root=root)
-    scores = grading.autograde(subs, [lab], root)
+    # jobs=4: the vandal (its kernel killed within seconds) executes beside the solution's
+    # first cells instead of after it; the solution's timed test comes minutes later
+    scores = grading.autograde(subs, [lab], root, jobs=4)
     _assert_nothing_left(tmp)
     assert _sandboxed_processes() == []
     return root, scores
