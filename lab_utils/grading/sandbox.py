@@ -67,6 +67,24 @@ def own_cgroup_v1(controller: str, proc_cgroup: Path = Path("/proc/self/cgroup")
     return root / controller
 
 
+def quota_ceiling_v1(cpu_dir: Path, root: Path = _V1 / "cpu") -> float | None:
+    """The tightest CPU quota, in cores, set on v1 ``cpu_dir`` or an ancestor up to ``root``
+    (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``; -1 is none), or None. A cgroup nested there
+    may not be given more: the kernel refuses a child's quota above its parent's (EINVAL)."""
+    ceiling, d = None, Path(cpu_dir)
+    while True:
+        try:
+            quota = int((d / "cpu.cfs_quota_us").read_text())
+            period = int((d / "cpu.cfs_period_us").read_text())
+        except (FileNotFoundError, ValueError):
+            quota, period = -1, 0
+        if quota > 0 and period > 0:
+            ceiling = quota / period if ceiling is None else min(ceiling, quota / period)
+        if d == root or d == d.parent:
+            return ceiling
+        d = d.parent
+
+
 def leftover_cgroups(pid: int) -> list[Path]:
     """The cgroups of the grading batch ``pid``'s sandboxes that still exist (named
     ``labgrade-<slot>-<pid>``, wherever they nest)."""
@@ -164,7 +182,9 @@ class Sandbox:
                 _write(dirs["pids"] / "pids.max", int(self.max_processes))
                 cpu = dirs["cpu"]
                 period = int((cpu / "cpu.cfs_period_us").read_text())
-                _write(cpu / "cpu.cfs_quota_us", int(self._cpus() * period))
+                ceiling = quota_ceiling_v1(cpu.parent)  # a quota above the grader's (make test-slow, a Slurm job)
+                cores = self._cpus() if ceiling is None else min(self._cpus(), ceiling)
+                _write(cpu / "cpu.cfs_quota_us", int(cores * period))
             else:  # v2: at the root (a cgroup with processes in it cannot delegate controllers)
                 parent = Path(_V1)
                 _write(parent / "cgroup.subtree_control", "+memory +pids +cpu")

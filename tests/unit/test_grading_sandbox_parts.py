@@ -176,3 +176,22 @@ def test_a_sandbox_nests_under_the_graders_own_cgroup():
         assert {d.parent for d in dirs} == {sandbox.own_cgroup_v1(c) for c in ("memory", "pids", "cpu")}, dirs
         assert all(d.name == box.name for d in dirs) and len(dirs) == 3
     assert sandbox.leftover_cgroups(os.getpid()) == []
+
+
+def test_a_quota_above_the_grader_caps_the_sandbox_quota(tmp_path):
+    """A child cgroup's quota may not exceed its parent's (the kernel answers EINVAL): under a
+    grader held to 0.8 cores (make test-slow, a Slurm job), a 2-core sandbox gets 0.8."""
+    root = tmp_path / "cpu"
+
+    def level(path: Path, quota: int, period: int = 100000) -> Path:
+        path.mkdir(parents=True)
+        (path / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        (path / "cpu.cfs_period_us").write_text(f"{period}\n")
+        return path
+
+    level(root, -1)
+    level(root / "slow", 80000)
+    level(root / "slow" / "job", 150000, period=50000)  # 3 cores: looser than its parent
+    grader = level(root / "slow" / "job" / "grader", -1)
+    assert sandbox.quota_ceiling_v1(grader, root) == pytest.approx(0.8)
+    assert sandbox.quota_ceiling_v1(level(root / "free", -1), root) is None
