@@ -32,7 +32,16 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["Sandbox", "SandboxError", "cgroup_support", "leftover_cgroups", "listening_ports", "MARKER"]
+__all__ = [
+    "Sandbox",
+    "SandboxError",
+    "cgroup_support",
+    "leftover_cgroups",
+    "listening_ports",
+    "own_cgroup_v1",
+    "quota_ceiling_v1",
+    "MARKER",
+]
 
 #: Environment variable every process of a sandbox inherits (its name).
 MARKER = "LAB_SANDBOX"
