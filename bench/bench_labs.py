@@ -16,11 +16,12 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench_cluster_startup import import_cpu_seconds  # the same unit as the cluster start-up bench
 
 from lab_utils.resources import usable_cores
 
@@ -37,19 +38,11 @@ BUDGET_S = {
 }
 
 
-def import_cpu_seconds() -> float:
-    """CPU (user + system) of one ``python -c "import tensorflow"`` child."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", "import tensorflow"], check=True, capture_output=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--labs", default="", help="comma-separated, e.g. 02,04 (default: all)")
     opts = parser.parse_args()
-    unit = import_cpu_seconds()
+    unit = import_cpu_seconds(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     with tempfile.TemporaryDirectory(prefix="bench-labs-") as out:
         cmd = [sys.executable, "-m", "lab_utils.run_labs", "--out", out, "--no-progress"]
         proc = subprocess.run(
