@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -111,6 +112,7 @@ def lab(request):
 @pytest.fixture(scope="module")
 def ci_run(lab, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"run-{lab}")
+    temp_before = _lab_temp_files()
     proc = subprocess.run(
         [sys.executable, "-m", "lab_utils.run_labs", "--labs", lab[:2], "--out", str(out), "--no-progress"],
         cwd=REPO,
@@ -119,7 +121,14 @@ def ci_run(lab, tmp_path_factory):
         timeout=900,
     )
     _assert_nothing_left(out)
+    left = sorted(_lab_temp_files() - temp_before)
+    assert not left, f"the lab left these in the temporary directory: {left}"
     return proc, out
+
+
+def _lab_temp_files() -> set[Path]:
+    """What the labs name ``lab<NN>-...`` in the temporary directory (a checkpoint, a scratch file)."""
+    return set(Path(tempfile.gettempdir()).glob("lab[0-9][0-9]-*"))
 
 
 def test_ci_run_meets_accuracy(lab, ci_run):
