@@ -50,6 +50,8 @@ def main(argv=None) -> int:
         at = table[table["workers"] == most].set_index("mode")
         ps = table[table["mode"] == "ps"].set_index("workers")
         summary = {f"speedup_{mode}_{most}_workers": round(float(at.loc[mode, "speedup"]), 2) for mode in at.index}
+        if {"ps", "allreduce"} <= set(at.index):  # the speed contrast the tests leave to this bench
+            summary["ring_over_ps"] = round(float(at.loc["allreduce", "speedup"] / at.loc["ps", "speedup"]), 3)
         if out["emulated"]:
             summary["ps_mb_per_step"] = {int(w): round(float(v), 2) for w, v in ps["ps_mb_per_step"].items()}
         out["bandwidths"][bw] = {
