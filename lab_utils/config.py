@@ -39,6 +39,12 @@ VARIABLES = {
         Var("LABS_JOB", None, "set by the launcher: the job a process belongs to (finds strays after an interrupt)"),
         Var("LABS_RESULTS_FILE", None, "set by run_labs: where a notebook's record() goes"),
         Var("LABS_HEADLESS", None, "1: nobody watches (static figures), 0: a person does (live widgets)"),
+        Var(
+            "LABS_ALLOW_EXPOSED",
+            None,
+            "1: start TF clusters even where no private network can be made and their servers are reachable "
+            "from this machine's network (TFCluster(exposed_ok=True) does the same for one cluster)",
+        ),
     )
 }
 
@@ -49,7 +55,7 @@ RUN_DIR, TASK, REPORT_FILE, REPORT_DIR, JOB = (
     "LABS_REPORT_DIR",
     "LABS_JOB",
 )
-RESULTS_FILE, HEADLESS = "LABS_RESULTS_FILE", "LABS_HEADLESS"
+RESULTS_FILE, HEADLESS, ALLOW_EXPOSED = "LABS_RESULTS_FILE", "LABS_HEADLESS", "LABS_ALLOW_EXPOSED"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

@@ -247,6 +247,25 @@ def check_disk(path: str | os.PathLike = ".") -> Check:
     return Check("Disk", OK, value)
 
 
+def check_network(how: Callable[[], str | None] | None = None, reason: Callable[[], str | None] | None = None) -> Check:
+    """Emulated hosts (Labs 2, 4 and 6's network lessons): named namespaces with
+    CAP_NET_ADMIN, a user namespace of the job's own without, or loopback only, and why."""
+    from lab_utils.cluster import netem
+
+    kind = (how or netem.how)()
+    if kind == "netns":
+        return Check("Emulated network", OK, "network namespaces (CAP_NET_ADMIN)")
+    if kind == "userns":
+        return Check("Emulated network", OK, "a user namespace per job (no root needed)")
+    why = (reason or netem.unavailable_reason)() or "unknown"
+    return Check(
+        "Emulated network",
+        WARN,
+        f"loopback only: {why}",
+        "without emulated hosts the network lessons run on loopback, where the network costs nothing",
+    )
+
+
 def check_host(env=None) -> Check:
     env = os.environ if env is None else env
     kind = resources.host_kind(env)
@@ -278,6 +297,7 @@ def run_checks(env=None, root="/") -> list[Check]:
         check_memory(env, root),
         check_gpus(tf_gpus),
         check_disk(Path(__file__).resolve().parent.parent),
+        check_network(),
         check_host(env),
     ]
     return rows

@@ -29,6 +29,22 @@ def is_local(host: str | None) -> bool:
     return host is None or host in _LOCAL_NAMES or host == socket.gethostname()
 
 
+def network_interfaces() -> list[str]:
+    """This network namespace's interfaces that are up, have an address and are not
+    loopback (what a server listening on every interface is reachable through)."""
+    import psutil
+
+    stats = psutil.net_if_stats()
+    return sorted(
+        nic
+        for nic, addrs in psutil.net_if_addrs().items()
+        if nic in stats
+        and stats[nic].isup
+        and not any(a.address in ("127.0.0.1", "::1") for a in addrs)
+        and any(a.family in (socket.AF_INET, socket.AF_INET6) for a in addrs)
+    )
+
+
 def free_port(host: str = "") -> int:
     """A port the OS says is free now. The task binds it a few seconds later; if
     someone else took it meanwhile the bind fails and the cluster restarts."""

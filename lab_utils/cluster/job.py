@@ -232,22 +232,60 @@ class Job:
 
     def _build_network(self, n_tasks: int) -> None:
         """Place the tasks on emulated hosts (``self.emulate``), round-robin, building the
-        network once per start; without root, say in one line that hosts stay local."""
-        if self.emulate is None or (self.network is not None and not self.network.destroyed):
+        network once per start (named namespaces, or a user namespace of the job's own:
+        :func:`~lab_utils.cluster.netem.how`); where neither can be made, say in one line
+        why, and that hosts stay local."""
+        if self.network is not None and not self.network.destroyed:
+            return
+        if self.emulate is None:
+            if self._all_local():
+                self._build_private(n_tasks)
             return
         reason = netem.unavailable_reason()
         if reason is not None:
             self._note(netem.not_emulated(reason))
             self.emulate = None
+            if self._all_local():  # still a network of its own, where one can be made
+                self._build_private(n_tasks)
             return
         n_hosts = self.emulate.n or n_tasks
-        self.network = netem.Network(self.emulate, n_hosts)
+        self.network = netem.network(self.emulate, n_hosts)
         self._save_state()  # recorded before anything exists, so reap finds a half-built one
         self.network.build()
         for text in self.network.notes:
             self._note(text)
         self.placement = [i % n_hosts for i in range(n_tasks)]
         self._save_state()
+
+    def _all_local(self) -> bool:
+        """Whether every task runs on this machine (subclasses know their hosts)."""
+        return False
+
+    def _build_private(self, n_tasks: int) -> None:
+        """Local tasks run in a network of the job's own (:class:`~lab_utils.cluster.netem.PrivateNetwork`):
+        they talk over its loopback, and nothing outside can reach their servers. Where no
+        namespace can be made, :meth:`_unprotected` decides (and says so)."""
+        try:
+            self.network = netem.private_network()
+        except netem.NetworkError as exc:
+            self.network = None
+            self._unprotected(str(exc).removeprefix("no private network here: "))
+            return
+        self._save_state()  # recorded before it exists, so reap finds its holder
+        self.network.build()
+        self.placement = [0] * n_tasks
+        self._save_state()
+
+    def _unprotected(self, reason: str) -> None:
+        """No private network (``reason``): the tasks' servers listen in this machine's
+        namespace. Subclasses bind them to loopback where their framework allows it, or
+        refuse; the base only says so."""
+        self._note(f"no private network for this job ({reason}): its servers are reachable from this machine")
+
+    @property
+    def emulated(self) -> bool:
+        """Whether the tasks run on emulated hosts (not a private network's one host)."""
+        return self.network is not None and self.network.kind != "private"
 
     # ---- public life cycle
     def start(self) -> Job:

@@ -37,6 +37,9 @@ _CONTROLLER_NAMES = {"mpi": "MPI", "gloo": "Gloo"}
 #: relay through each other, and under load a relay was not yet known: mpirun exited 213
 #: ("ORTE does not know how to route a message to the specified daemon") twice in ~40 runs.
 EMULATED_MCA = {"plm_rsh_no_tree_spawn": "1", "routed": "direct"}
+#: Where a job gets no private network: Open MPI's daemons and TCP transport talk over
+#: loopback only, IPv4 only (measured: its listening sockets still bind every address).
+LOOPBACK_MCA = {"oob_tcp_if_include": "lo", "btl_tcp_if_include": "lo", "btl_tcp_disable_family": "6"}
 _RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>:")
 
 
@@ -209,7 +212,9 @@ class MPIJob(Job):
     def command(self) -> tuple[list[str], dict]:
         """The launcher command line and the extra environment (used by start; shown for teaching)."""
         cores = resources.usable_cores()
-        root = os.getuid() == 0
+        # uid 0, or uid 0 inside the user namespace of emulated hosts built without root
+        # (the student outside it): Open MPI refuses both without its run-as-root switches
+        root = os.getuid() == 0 or getattr(self.network, "inside_uid0", False)
         extra = {}
         local = self._local_ranks()
         placed = self._emulated_hosts()
@@ -227,6 +232,8 @@ class MPIJob(Job):
                 cmd += ["-H", ",".join(self.hosts)]
             elif self.hostfile:
                 cmd += ["--hostfile", str(self.hostfile)]
+            elif self._exposed:  # no private network: Open MPI's own sockets on loopback only
+                cmd += [arg for k, v in LOOPBACK_MCA.items() for arg in ("--mca", k, v)]
             exported = (
                 config.REPORT_DIR,
                 config.RUN_DIR,
@@ -249,6 +256,9 @@ class MPIJob(Job):
                 cmd += ["--hostfile", str(self.hostfile)]
             else:
                 cmd += ["-H", f"localhost:{self.np}"]
+                if self._exposed:  # no private network: Gloo's and Open MPI's sockets on loopback
+                    cmd += ["--network-interface", "lo"]
+                    extra.update({f"OMPI_MCA_{k}": v for k, v in LOOPBACK_MCA.items()})
             if root:
                 extra.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
             if local > cores and self.controller == "mpi":
@@ -256,13 +266,33 @@ class MPIJob(Job):
         if local > cores:
             self._note(f"np={self.np} ranks on {cores} usable core(s): oversubscribed, ranks take turns on the CPU")
         cmd = [*cmd, *self.launcher_args, *self._python()]
-        if self.network is not None:  # the launcher runs on emulated host 0, beside its ranks
+        if self.network is not None:  # the launcher runs on (emulated) host 0, beside its ranks
             cmd = self.network.command(0, cmd)
+            # with host 0's own temporary folder, as its daemons have theirs (the ssh stand-in):
+            # Open MPI's session directory is named by uid, and uid 0 inside a student's user
+            # namespace would meet root's (or another student's) /tmp/ompi.<host>.0
+            host_tmp = netem.host_tmp(self.network.hosts[0])
+            host_tmp.mkdir(mode=0o700, exist_ok=True)
+            extra["TMPDIR"] = str(host_tmp)
         return cmd, extra
+
+    def _all_local(self) -> bool:
+        return not self.hosts and not self.hostfile
+
+    @property
+    def _exposed(self) -> bool:
+        """Started on this machine without a private network (:meth:`_unprotected`)."""
+        return self.network is None and self._all_local() and not self._stopped
+
+    def _unprotected(self, reason: str) -> None:
+        self._note(
+            f"no private network for this job ({reason}): its ranks are told to talk over loopback, but Open "
+            "MPI's and horovodrun's servers still listen on every interface of this machine while it runs"
+        )
 
     def _emulated_hosts(self) -> list[str]:
         """``["10.x.y.1:2", ...]``: each emulated host's address and its ranks (round-robin)."""
-        if self.network is None:
+        if not self.emulated:
             return []
         slots = [self.placement.count(i) for i in range(self.network.n_hosts)]
         return [f"{self.network.address(i)}:{k}" for i, k in enumerate(slots) if k]
@@ -275,12 +305,12 @@ class MPIJob(Job):
         report_dir.mkdir(exist_ok=True)
         self.tasks = [Task(self.launcher, self.run_dir / f"{self.launcher}.log")]
         self._build_network(self.np)
-        if self.network is not None and self.controller == "gloo":
+        if self.emulated and self.controller == "gloo":
             raise ValueError(
                 "Horovod's Gloo controller does not run on emulated hosts (its ranks try to reach each "
                 "other on loopback and fail): use controller='mpi' there"
             )
-        if self.network is not None:
+        if self.emulated:
             self._ssh = self.network.write_ssh(self.run_dir / "bin")
             self.tasks[0].host = self.network.address(0)
         cmd, extra = self.command()

@@ -1,8 +1,7 @@
 """Emulated hosts: one network namespace per host, real links between them, on one machine.
 
-On one machine every task talks over loopback, where the network costs nothing. As root
-(CI, a course server of one's own), :func:`emulated` places a cluster's tasks on hosts
-that each have their own network stack::
+On one machine every task talks over loopback, where the network costs nothing.
+:func:`emulated` places a cluster's tasks on hosts that each have their own network stack::
 
     TFCluster(ps=1, workers=4, ..., hosts=emulated(bandwidth="100mbit"))
 
@@ -18,11 +17,22 @@ that each have their own network stack::
 - the bytes each host sent and received are its bridge port's counters
   (:meth:`Network.counters`): real per-host network bytes.
 
-Namespaces, veths, the bridge and the qdiscs are resources: the job records them in its
-``state.json`` before creating them, removes them on stop, and
-``python -m lab_utils reap`` removes those of a dead kernel. Without root, or without
-``ip``/``tc``, the same call runs on local hosts and says so in one line
-(:func:`unavailable_reason`); it never fails half-built.
+Two ways to build it, chosen from what this process may do (its capabilities, never its
+uid; :func:`how`):
+
+- ``"netns"`` (CAP_NET_ADMIN and CAP_SYS_ADMIN: root, a privileged container): named
+  namespaces (``ip netns add``). Namespaces, veths, the bridge and the qdiscs are
+  resources: the job records them in its ``state.json`` before creating them, removes
+  them on stop, and ``python -m lab_utils reap`` removes those of a dead kernel.
+- ``"userns"`` (any user, where unprivileged user namespaces are allowed: a JupyterHub
+  pod, Binder, a laptop): :class:`UserNetwork`. The same hub, bridge, veths and shaping
+  inside a user namespace the job owns, held by one process
+  (:mod:`lab_utils.cluster.usernet`); tasks join their host with ``nsenter``. Its
+  namespaces vanish with their last process: when the job stops, or its kernel dies.
+
+Where neither is possible, the same call runs on local hosts and says so in one line
+naming the cause and the setting that allows it (:func:`unavailable_reason`); it never
+fails half-built.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import secrets
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -194,23 +205,142 @@ def _run(cmd: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
+CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
+
+
+def capabilities(status: str | None = None) -> int:
+    """This process's effective capability set (``CapEff`` of /proc/self/status) as bits."""
+    if status is None:
+        try:
+            status = Path("/proc/self/status").read_text()
+        except OSError:
+            return 0
+    m = re.search(r"^CapEff:\s*([0-9a-fA-F]+)$", status, re.M)
+    return int(m.group(1), 16) if m else 0
+
+
+def has_capability(bit: int, caps: int | None = None) -> bool:
+    return bool((capabilities() if caps is None else caps) >> bit & 1)
+
+
+#: The probe a user namespace must pass: a bridge, a veth pair, and tbf on it.
+_USERNS_PROBE = (
+    "ip link add b0 type bridge && ip link add p0 type veth peer name p1 && "
+    "tc qdisc add dev p0 root tbf rate 100mbit burst 65536 latency 100ms"
+)
+
+
+def userns_refusal(stderr: str = "", proc_sys: str | os.PathLike = "/proc/sys") -> str:
+    """Why this machine refuses an unprivileged user namespace, and the setting that allows
+    it (read from ``proc_sys``; ``stderr`` is unshare's own message)."""
+    sysctl = Path(proc_sys)
+
+    def value(name: str) -> str | None:
+        try:
+            return (sysctl / name).read_text().strip()
+        except OSError:
+            return None
+
+    if value("user/max_user_namespaces") == "0":
+        return "user namespaces are off here (user.max_user_namespaces = 0; `sysctl -w user.max_user_namespaces=15000` allows them)"
+    if value("kernel/unprivileged_userns_clone") == "0":
+        return "unprivileged user namespaces are off here (`sysctl -w kernel.unprivileged_userns_clone=1` allows them)"
+    if value("kernel/apparmor_restrict_unprivileged_userns") == "1":
+        return (
+            "AppArmor restricts unprivileged user namespaces here (Ubuntu 23.10+: "
+            "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, or an AppArmor profile with `userns,`)"
+        )
+    why = stderr.strip().splitlines()[-1] if stderr.strip() else "refused"
+    return (
+        f"this container may not create user namespaces ({why}; Docker's default seccomp profile "
+        "refuses them: run with a profile that allows unshare(CLONE_NEWUSER), as Kubernetes' "
+        "default Unconfined one does; see deploy/README.md)"
+    )
+
+
 @lru_cache(maxsize=1)
-def unavailable_reason() -> str | None:
-    """None when this process can build emulated hosts, else why not (one phrase)."""
+def _how() -> tuple[str | None, str | None]:
     if not os.uname().sysname == "Linux":
-        return "network namespaces are Linux only"
-    if os.geteuid() != 0:
-        return "creating network namespaces needs root"
+        return None, "network namespaces are Linux only"
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
-            return f"`{tool}` (iproute2) is not installed"
-    probe = f"{PREFIX}{secrets.token_hex(4)}-hub"
+            return None, f"`{tool}` (iproute2) is not installed"
+    caps = capabilities()
+    root_reason = "creating named network namespaces needs CAP_NET_ADMIN and CAP_SYS_ADMIN"
+    if has_capability(CAP_NET_ADMIN, caps) and has_capability(CAP_SYS_ADMIN, caps):
+        probe = f"{PREFIX}{secrets.token_hex(4)}-hub"
+        try:
+            _run(["ip", "netns", "add", probe])
+        except NetworkError as exc:
+            root_reason = f"`ip netns add` is not allowed here ({exc})"
+        else:
+            _delete_named(probe)
+            return "netns", None
+    for tool in ("unshare", "nsenter"):
+        if shutil.which(tool) is None:
+            return None, f"{root_reason}, and `{tool}` (util-linux) is not installed for a user namespace"
     try:
-        _run(["ip", "netns", "add", probe])
-    except NetworkError as exc:
-        return f"`ip netns add` is not allowed here ({exc})"
-    _run(["ip", "netns", "del", probe], check=False)
-    return None
+        done = subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--net", "sh", "-c", _USERNS_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"a user namespace probe did not finish within {_TIMEOUT:g} s"
+    if done.returncode == 0:
+        return "userns", None
+    if "unshare" in done.stderr:
+        return None, userns_refusal(done.stderr)
+    return None, f"a user namespace allows no bridge, veth or tbf here ({done.stderr.strip()})"
+
+
+def _delete_named(name: str, tries: int = 5) -> bool:
+    """``ip netns del name``, again while it is still listed (measured: with four processes
+    probing at once, one delete in a few hundred failed and left the probe behind)."""
+    for _ in range(tries):
+        _run(["ip", "netns", "del", name], check=False)
+        if name not in namespaces():
+            return True
+    return False
+
+
+@lru_cache(maxsize=1)
+def private_how() -> tuple[str | None, str | None]:
+    """How this process makes a cluster's private network: ``"netns"`` (CAP_SYS_ADMIN:
+    ``unshare --net``), ``"userns"``, or None and why. Creates nothing that outlives the probe."""
+    if not os.uname().sysname == "Linux":
+        return None, "network namespaces are Linux only"
+    for tool in ("ip", "unshare", "nsenter"):
+        if shutil.which(tool) is None:
+            return None, f"`{tool}` is not installed"
+    tries = [("userns", ["unshare", "--user", "--map-root-user", "--net", "ip", "link", "set", "lo", "up"])]
+    if has_capability(CAP_SYS_ADMIN) and has_capability(CAP_NET_ADMIN):
+        tries.insert(0, ("netns", ["unshare", "--net", "ip", "link", "set", "lo", "up"]))
+    errors = []
+    for kind, cmd in tries:
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            errors.append(f"`{' '.join(cmd)}` did not finish within {_TIMEOUT:g} s")
+            continue
+        if done.returncode == 0:
+            return kind, None
+        errors.append(done.stderr.strip())
+    return None, userns_refusal(errors[-1])
+
+
+def how() -> str | None:
+    """``"netns"`` (named namespaces: CAP_NET_ADMIN and CAP_SYS_ADMIN), ``"userns"`` (inside
+    a user namespace of the job's own: any user, where the kernel allows them) or None."""
+    return _how()[0]
+
+
+def unavailable_reason() -> str | None:
+    """None when this process can build emulated hosts (either way), else why not: one
+    phrase that names the cause and, for a refused user namespace, the setting."""
+    return _how()[1]
 
 
 @lru_cache(maxsize=1)
@@ -228,7 +358,7 @@ def has_netem() -> bool:
     except NetworkError:
         return False
     finally:
-        _run(["ip", "netns", "del", ns], check=False)
+        _delete_named(ns)
 
 
 def namespaces() -> list[str]:
@@ -271,8 +401,34 @@ def _tbf(rate: int) -> list[str]:
     return ["tbf", "rate", f"{rate}bit", "burst", str(burst), "latency", "100ms"]
 
 
+NO_NETEM = "this kernel has no netem qdisc: latency, jitter and loss are not emulated (bandwidth is)"
+
+
+def shaping(spec: EmulatedHosts) -> tuple[list[str] | None, list[str] | None]:
+    """The qdisc for each end of a link: (``netem`` args where latency or loss is asked
+    for, else None; ``tbf`` args for the bandwidth alone, else None)."""
+    rate = rate_bits(spec.bandwidth) if spec.bandwidth else None
+    netem_args = None
+    if spec.latency is not None or spec.loss:
+        netem_args = ["netem"]
+        if spec.latency:
+            netem_args += ["delay", spec.latency] + ([spec.jitter, "distribution", "normal"] if spec.jitter else [])
+        if spec.loss:
+            netem_args += ["loss", f"{spec.loss}%"]
+        if rate:
+            netem_args += ["rate", f"{rate}bit"]
+    return netem_args, (_tbf(rate) if rate else None)
+
+
 class Network:
-    """A built emulated network. ``record`` (JSON-able) is what a state file keeps."""
+    """A built emulated network of named namespaces (``ip netns``; :func:`how` ``"netns"``).
+    ``record`` (JSON-able) is what a state file keeps. :func:`network` picks this class or
+    :class:`UserNetwork`."""
+
+    kind = "netns"
+    #: whether tasks run as uid 0 of a user namespace (the student outside it): Open MPI's
+    #: run-as-root switches apply there
+    inside_uid0 = False
 
     def __init__(self, spec: EmulatedHosts, n_hosts: int, lock_dir: str | os.PathLike | None = None):
         self.spec, self.n_hosts = spec, n_hosts
@@ -302,12 +458,21 @@ class Network:
         in HOST's namespace (HOST: an emulated address). mpirun takes it as its remote-shell
         agent, and horovodrun finds it first on PATH: their own multi-host machinery
         then starts ranks on the emulated hosts."""
-        cases = "".join(f"  {self.address(i)}) ns={ns} ;;\n" for i, ns in enumerate(self.hosts))
+        cases = "".join(f"  {self.address(i)}) {self._ssh_case(i)} ;;\n" for i in range(self.n_hosts))
         path = Path(folder) / "ssh"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(_SSH.format(cases=cases, subnet=self.subnet, tmp=shlex.quote(tempfile.gettempdir())))
+        text = _SSH.format(
+            cases=cases, subnet=self.subnet, tmp=shlex.quote(tempfile.gettempdir()), enter=self._ssh_enter
+        )
+        path.write_text(text)
         path.chmod(0o755)
         return path
+
+    def _ssh_case(self, i: int) -> str:
+        return f"ns={self.hosts[i]}"
+
+    #: the ssh stand-in's line that runs ``/bin/sh -c "$*"`` in host ``$ns``
+    _ssh_enter = 'exec ip netns exec "$ns" /bin/sh -c "$*"'
 
     def build(self) -> Network:
         """Create the hub, the hosts, their links and shaping; on any failure, remove
@@ -338,25 +503,18 @@ class Network:
             self._shape(self.hub, f"v{i}")  # what it receives
 
     def _shape(self, ns: str, dev: str) -> None:
-        spec = self.spec
-        rate = rate_bits(spec.bandwidth) if spec.bandwidth else None
-        delay = spec.latency is not None or bool(spec.loss)
-        if delay and has_netem():
-            args = ["netem"]
-            if spec.latency:
-                args += ["delay", spec.latency] + ([spec.jitter, "distribution", "normal"] if spec.jitter else [])
-            if spec.loss:
-                args += ["loss", f"{spec.loss}%"]
-            if rate:
-                args += ["rate", f"{rate}bit"]
-            _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *args])
+        netem_args, tbf_args = shaping(self.spec)
+        if netem_args and has_netem():
+            _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *netem_args])
             return
-        if delay and not self.notes:
-            self.notes.append(
-                "this kernel has no netem qdisc: latency, jitter and loss are not emulated (bandwidth is)"
-            )
-        if rate:
-            _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *_tbf(rate)])
+        if netem_args:
+            self._no_netem()
+        if tbf_args:
+            _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *tbf_args])
+
+    def _no_netem(self) -> None:
+        if NO_NETEM not in self.notes:
+            self.notes.append(NO_NETEM)
 
     def counters(self) -> dict[int, dict[str, int]]:
         """Bytes each host has sent and received so far (its bridge port's counters,
@@ -365,16 +523,7 @@ class Network:
         if self.destroyed:
             return self.final_counters
         raw = _run(["ip", "-n", self.hub, "-s", "-j", "link", "show"]).stdout
-        out = {}
-        for entry in json.loads(raw or "[]"):
-            name = entry.get("ifname", "")
-            if re.fullmatch(r"v\d+", name):
-                stats = entry.get("stats64", {})
-                out[int(name[1:])] = {
-                    "sent": int(stats.get("rx", {}).get("bytes", 0)),
-                    "received": int(stats.get("tx", {}).get("bytes", 0)),
-                }
-        return out
+        return _port_counters(raw)
 
     def mb_per_step(self, steps: int) -> dict[int, float]:
         """Each host's MB (sent + received, 10^6 bytes) per step over ``steps`` steps."""
@@ -397,6 +546,280 @@ class Network:
         return f"<Network {self.id}: {self.n_hosts} hosts on {self.subnet}, {self.spec.describe()}>"
 
 
+class UserNetwork(Network):
+    """The same network inside a user namespace this process owns (:func:`how` ``"userns"``):
+    no root, no capability, nothing created outside it.
+
+    One process holds it (:mod:`lab_utils.cluster.usernet`, started under ``unshare --user
+    --map-root-user --net``): its own network namespace is the hub; each host is a network
+    namespace held by a child of it. Tasks join host ``i`` with ``nsenter --target <pid>
+    --user --net --preserve-credentials``: uid 0 inside the namespace (Open MPI's
+    run-as-root switches apply there), the student outside it, on the student's files. The
+    holder ends when its standard input closes: on :meth:`destroy`, or when this process
+    dies, even by SIGKILL; the namespaces vanish with their last process."""
+
+    kind = "userns"
+    inside_uid0 = True
+
+    def __init__(self, spec: EmulatedHosts, n_hosts: int, lock_dir: str | os.PathLike | None = None):
+        super().__init__(spec, n_hosts, lock_dir)
+        self.holder: subprocess.Popen | None = None
+        self.holder_started: float | None = None
+        self.pids: list[int] = []  # a process inside host i's namespace
+
+    @property
+    def record(self) -> dict:
+        return {
+            **super().record,
+            "kind": self.kind,
+            "holder": self.holder.pid if self.holder else None,
+            "holder_started": self.holder_started,
+        }
+
+    def _enter(self, pid: int) -> list[str]:
+        return ["nsenter", "--target", str(pid), "--user", "--net", "--preserve-credentials"]
+
+    def command(self, i: int, cmd: Sequence[str]) -> list[str]:
+        """``cmd`` run on emulated host ``i``: ``nsenter`` execs it (same pid)."""
+        return [*self._enter(self.pids[i]), *cmd]
+
+    def _ssh_case(self, i: int) -> str:
+        return f"ns={self.hosts[i]} pid={self.pids[i]}"
+
+    # already inside the job's user namespace (mpirun on host 0): join the host's network only
+    _ssh_enter = (
+        'if [ "$(readlink /proc/self/ns/user)" = "$(readlink /proc/$pid/ns/user)" ]; then\n'
+        '  exec nsenter --target "$pid" --net /bin/sh -c "$*"\nfi\n'
+        'exec nsenter --target "$pid" --user --net --preserve-credentials /bin/sh -c "$*"'
+    )
+
+    def build(self) -> UserNetwork:
+        """Start the holder and wait (bounded) for its one line; on any failure, stop it and
+        raise :class:`NetworkError` with its error."""
+        import psutil
+
+        netem_args, tbf_args = shaping(self.spec)
+        # its own stack: no address here can meet the machine's or another network's
+        self.subnet = pick_subnet([])
+        addresses = [f"{self.address(i)}/{self.subnet.prefixlen}" for i in range(self.n_hosts)]
+        spec = {"addresses": addresses, "netem": netem_args, "tbf": tbf_args}
+        cmd = ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-m", "lab_utils.cluster.usernet"]
+        try:
+            self.holder = subprocess.Popen(
+                [*cmd, json.dumps(spec)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # a notebook's Interrupt is not for it
+            )
+            self.holder_started = psutil.Process(self.holder.pid).create_time()
+            line = _read_line(self.holder, _TIMEOUT)
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                self.holder.kill()
+                self.holder.wait()
+                err = self.holder.stderr.read().decode(errors="replace").strip()
+                raise NetworkError(f"the user-namespace network did not start: {err or line or 'no output'}") from None
+            self.pids = [int(pid) for pid in data["hosts"]]
+            if data.get("no_netem"):
+                self._no_netem()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def counters(self) -> dict[int, dict[str, int]]:
+        if self.destroyed or self.holder is None:
+            return self.final_counters
+        raw = _run([*self._enter(self.holder.pid), "ip", "-s", "-j", "link", "show"]).stdout
+        return _port_counters(raw)
+
+    def destroy(self) -> list[str]:
+        """Close the holder's pipe and wait for it (bounded; then SIGKILL). Returns the
+        hosts still held by a process afterwards (a task that survived SIGKILL)."""
+        if self.destroyed:
+            return []
+        if self.holder is not None and self.pids:
+            try:
+                self.final_counters = self.counters()
+            except NetworkError:
+                pass
+        self.destroyed = True
+        if self.holder is not None:
+            _end_holder(self.holder)
+        for name in self.hosts:  # what its hosts' processes left in their temporary folders
+            if host_tmp(name).is_dir():
+                shutil.rmtree(host_tmp(name))
+        return _held(self.pids, self.hosts)
+
+
+class PrivateNetwork(Network):
+    """A network of one's own for a cluster on local hosts: one network namespace with only
+    loopback in it, where every task of the job runs and talks over ``localhost`` as before.
+    Its servers (TensorFlow's gRPC, Gloo, Open MPI) listen on every interface *of that
+    namespace*, which has no interface but its own loopback: nothing else on the machine or
+    the network can reach them (TensorFlow's SECURITY.md: a server "accepts connections from
+    anywhere" and runs the graphs it is sent).
+
+    Held by one process (``cat``, started under ``unshare --net``, or ``unshare --user
+    --map-root-user --net`` without CAP_SYS_ADMIN) that ends when its standard input
+    closes: on :meth:`destroy`, or when this process dies; tasks join it with ``nsenter``."""
+
+    kind = "private"
+
+    def __init__(self, userns: bool):
+        super().__init__(EmulatedHosts(1, bandwidth=None), 1)
+        self.userns = userns
+        self.inside_uid0 = userns
+        self.holder: subprocess.Popen | None = None
+        self.holder_started: float | None = None
+
+    @property
+    def record(self) -> dict:
+        return {
+            "kind": self.kind,
+            "hub": None,
+            "hosts": self.hosts,
+            "subnet": None,
+            "holder": self.holder.pid if self.holder else None,
+            "holder_started": self.holder_started,
+        }
+
+    def address(self, i: int) -> None:  # the tasks keep talking over localhost
+        return None
+
+    def command(self, i: int, cmd: Sequence[str]) -> list[str]:
+        enter = ["--user", "--net", "--preserve-credentials"] if self.userns else ["--net"]
+        return ["nsenter", "--target", str(self.holder.pid), *enter, *cmd]
+
+    def write_ssh(self, folder: str | os.PathLike) -> Path:
+        raise NotImplementedError("a private network has one host: nothing to reach through ssh")
+
+    def build(self) -> PrivateNetwork:
+        import psutil
+
+        unshare = ["unshare", *(["--user", "--map-root-user"] if self.userns else []), "--net"]
+        try:
+            self.holder = subprocess.Popen(
+                [*unshare, "sh", "-c", "ip link set lo up && echo ready && exec cat >/dev/null"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            self.holder_started = psutil.Process(self.holder.pid).create_time()
+            line = _read_line(self.holder, _TIMEOUT)
+            if line != "ready":
+                self.holder.wait(timeout=_TIMEOUT)
+                err = self.holder.stderr.read().decode(errors="replace").strip()
+                raise NetworkError(f"no private network: `{' '.join(unshare)}` failed: {err or line or 'no output'}")
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def counters(self) -> dict[int, dict[str, int]]:
+        return {}
+
+    def destroy(self) -> list[str]:
+        if self.destroyed:
+            return []
+        self.destroyed = True
+        if self.holder is not None:
+            _end_holder(self.holder)
+        for name in self.hosts:
+            if host_tmp(name).is_dir():
+                shutil.rmtree(host_tmp(name))
+        return []
+
+
+def _end_holder(holder: subprocess.Popen) -> None:
+    """Close a holder's pipe and wait for it (bounded; then SIGKILL)."""
+    if holder.stdin and not holder.stdin.closed:
+        holder.stdin.close()
+    try:
+        holder.wait(timeout=_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        holder.kill()
+        holder.wait()
+    for stream in (holder.stdout, holder.stderr):
+        if stream:
+            stream.close()
+
+
+def private_network() -> PrivateNetwork:
+    """An unbuilt :class:`PrivateNetwork`, the way this process may make one (:func:`how`);
+    :class:`NetworkError` with the reason where it may not."""
+    kind, reason = private_how()
+    if kind is None:
+        raise NetworkError(f"no private network here: {reason}")
+    return PrivateNetwork(userns=kind == "userns")
+
+
+def _read_line(proc: subprocess.Popen, timeout: float) -> str:
+    """One line of ``proc``'s stdout within ``timeout`` s ('' when it exits first)."""
+    import selectors
+    import time
+
+    buf = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                proc.kill()
+                proc.wait()
+                raise NetworkError(f"the user-namespace network was not built within {timeout:g} s")
+            if not sel.select(left):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            buf += chunk
+    return buf.decode(errors="replace").strip()
+
+
+def _port_counters(raw: str) -> dict[int, dict[str, int]]:
+    out = {}
+    for entry in json.loads(raw or "[]"):
+        name = entry.get("ifname", "")
+        if re.fullmatch(r"v\d+", name):
+            stats = entry.get("stats64", {})
+            out[int(name[1:])] = {
+                "sent": int(stats.get("rx", {}).get("bytes", 0)),
+                "received": int(stats.get("tx", {}).get("bytes", 0)),
+            }
+    return out
+
+
+def _held(pids: Sequence[int], names: Sequence[str]) -> list[str]:
+    """Names of the user-namespace hosts whose holding process has not ended within
+    :data:`_TIMEOUT` s of its holder (it ends at EOF on its pipe)."""
+    import psutil
+
+    procs = {}
+    for pid, name in zip(pids, names, strict=True):
+        try:
+            procs[psutil.Process(pid)] = name
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(list(procs), timeout=_TIMEOUT)
+    return [f"{procs[p]} (pid {p.pid})" for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def network(spec: EmulatedHosts, n_hosts: int) -> Network:
+    """An unbuilt network of ``n_hosts`` hosts, the way this process may build one
+    (:func:`how`); raises :class:`NetworkError` with the reason where it may not."""
+    kind = how()
+    if kind == "netns":
+        return Network(spec, n_hosts)
+    if kind == "userns":
+        return UserNetwork(spec, n_hosts)
+    raise NetworkError(f"no emulated hosts here: {unavailable_reason()}")
+
+
 _SSH = """#!/bin/sh
 # ssh for emulated hosts (lab_utils.cluster.netem, subnet {subnet}):
 # "ssh [options] [user@]HOST [options] [command...]" runs the command in HOST's network
@@ -415,7 +838,8 @@ esac
 [ $# -gt 0 ] || {{ echo "ssh (emulated hosts): no command for $host" >&2; exit 255; }}
 # Each host its own temporary folder, as a real host has: Open MPI's daemons share this
 # machine's hostname, and in one /tmp they raced on their session directory (1 job in 15).
-mkdir -p {tmp}/"$ns" && TMPDIR={tmp}/"$ns" exec ip netns exec "$ns" /bin/sh -c "$*"
+mkdir -p -m 700 {tmp}/"$ns" && export TMPDIR={tmp}/"$ns" || exit 255
+{enter}
 """
 
 
@@ -427,6 +851,8 @@ def host_tmp(name: str) -> Path:
 def remove(record: dict) -> list[str]:
     """Delete the namespaces a state file records (hosts first, then the hub); missing
     ones are fine. Returns those still present afterwards."""
+    if record.get("kind") in ("userns", "private"):
+        return _remove_userns(record)
     names = [*record.get("hosts", []), record.get("hub")]
     names = [n for n in names if n and _NAME.match(n)]
     if not names:
@@ -434,8 +860,32 @@ def remove(record: dict) -> list[str]:
     present = set(namespaces())
     for name in names:
         if name in present:
-            _run(["ip", "netns", "del", name], check=False)
+            _delete_named(name)
         if host_tmp(name).is_dir():  # what a host's processes left there
             shutil.rmtree(host_tmp(name))
     left = set(namespaces())
     return [n for n in names if n in left]
+
+
+def _remove_userns(record: dict) -> list[str]:
+    """A dead kernel's user-namespace network: its holder ends by itself when the kernel's
+    pipe closes; stop it here if it is still there (pid and start time checked)."""
+    import psutil
+
+    for name in record.get("hosts", []):
+        if _NAME.match(name) and host_tmp(name).is_dir():
+            shutil.rmtree(host_tmp(name))
+    pid, started = record.get("holder"), record.get("holder_started")
+    if not pid:
+        return []
+    try:
+        proc = psutil.Process(int(pid))
+        if started is not None and abs(proc.create_time() - float(started)) > 0.01:
+            return []  # the pid was reused
+        proc.kill()
+        proc.wait(timeout=_TIMEOUT)
+    except psutil.NoSuchProcess:
+        return []
+    except psutil.TimeoutExpired:
+        return [f"{record.get('hub')} (holder pid {pid})"]
+    return []

@@ -32,7 +32,7 @@ from lab_utils import config, report, resources
 from lab_utils.cluster import hosts, netem
 from lab_utils.cluster.hosts import named_hosts
 from lab_utils.cluster.job import Job, pause
-from lab_utils.cluster.process import Task, check_fit, terminate
+from lab_utils.cluster.process import ClusterError, Task, check_fit, terminate
 from lab_utils.cluster.process import tail as log_tail
 
 #: Exit code :func:`start_server` uses when the gRPC server cannot bind its port.
@@ -125,9 +125,15 @@ class TFCluster(Job):
     :meth:`wait` returns when every worker exited 0; PS tasks (which
     ``server.join()`` forever) are then stopped: the normal end.
 
-    ``hosts``: local by default. :func:`~lab_utils.cluster.netem.emulated` (or the
+    ``hosts``: local by default, in a private network of the cluster's own
+    (:class:`~lab_utils.cluster.netem.PrivateNetwork`: a network namespace with only
+    loopback, with or without root), so that no one else can reach its servers. Where no
+    namespace can be made and this machine has a network interface besides loopback, the
+    cluster refuses to start, saying why, unless ``exposed_ok=True`` (or
+    ``LABS_ALLOW_EXPOSED=1``): TensorFlow's servers listen on every interface and run
+    whatever graph they are sent. :func:`~lab_utils.cluster.netem.emulated` (or the
     string ``"emulated:bandwidth=100mbit"``) places the tasks on emulated hosts
-    (network namespaces joined by shaped links; local with a note without root).
+    (network namespaces joined by shaped links, with or without root).
     A list names one host per task, PS first then workers (e.g. ``["n1", "n2",
     "n2"]``); remote tasks are started with ``ssh -tt`` (see
     :func:`lab_utils.cluster.hosts.ssh_command`). ``"hostfile:nodes.txt"`` places
@@ -161,6 +167,7 @@ class TFCluster(Job):
         grace: float = 3.0,
         cwd: str | os.PathLike | None = None,
         name: str | None = None,
+        exposed_ok: bool | None = None,
     ):
         ps, workers = _count("ps", ps), _count("workers", workers)
         if workers == 0:
@@ -205,6 +212,7 @@ class TFCluster(Job):
         self.memory_per_task = memory_per_task
         self.check_resources = check_resources
         self.start_retries = start_retries
+        self.exposed_ok = config.flag(config.ALLOW_EXPOSED) if exposed_ok is None else bool(exposed_ok)
 
     # -- resources
     def _check_resources(self) -> None:
@@ -224,6 +232,27 @@ class TFCluster(Job):
                 f"{local} tasks share {cores} usable core(s): they take turns on the CPU, "
                 "so timings are slower than on one machine per task"
             )
+
+    def _all_local(self) -> bool:
+        return all(hosts.is_local(h) for h in self.hosts)
+
+    def _unprotected(self, reason: str) -> None:
+        """No private network: TensorFlow's servers cannot be bound to loopback, so they
+        would listen on every interface. Refuse where the machine has one besides loopback
+        (a laptop on a campus network, a shared node), unless told otherwise."""
+        exposed = hosts.network_interfaces()
+        if not exposed:
+            return  # loopback only here (a grading sandbox): nothing else can reach it
+        risk = (
+            f"no private network for this cluster ({reason}), and TensorFlow's servers listen on every "
+            f"interface ({', '.join(exposed)}): anyone who reaches them can run code as you"
+        )
+        if not self.exposed_ok:
+            raise ClusterError(
+                f"{risk}. Start it anyway with TFCluster(..., exposed_ok=True) or LABS_ALLOW_EXPOSED=1 "
+                "(for example on a machine of your own behind a firewall)"
+            )
+        self._note(f"{risk} (exposed_ok)")
 
     # -- spec
     def task_names(self) -> list[str]:

@@ -218,6 +218,11 @@ class GpuProbe:
         return rows, per_pid
 
 
+class _NicBytes(NamedTuple):
+    bytes_recv: int
+    bytes_sent: int
+
+
 def netns_counters(pid: int, proc_root: str = "/proc") -> dict[str, tuple[int, int]] | None:
     """``{interface: (bytes_recv, bytes_sent)}`` of ``pid``'s network namespace when
     it differs from ours (a container or ``unshare -n`` task), loopback excluded;
@@ -230,13 +235,30 @@ def netns_counters(pid: int, proc_root: str = "/proc") -> dict[str, tuple[int, i
             lines = fh.readlines()[2:]
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
+    out = {nic: c for nic, c in _parse_net_dev(lines).items() if nic != "lo"}
+    # loopback alone: a cluster's private network (shared by its tasks), not the task's own link
+    return out or None
+
+
+def _parse_net_dev(lines: list[str]) -> dict[str, tuple[int, int]]:
+    """``{interface: (bytes_recv, bytes_sent)}`` from /proc/<pid>/net/dev's data lines."""
     out = {}
     for line in lines:
         nic, _, rest = line.partition(":")
         fields = rest.split()
-        if nic.strip() != "lo" and len(fields) >= 9:
+        if len(fields) >= 9:
             out[nic.strip()] = (int(fields[0]), int(fields[8]))
     return out
+
+
+def loopback_of(pid: int, proc_root: str = "/proc") -> tuple[int, int] | None:
+    """``(bytes_recv, bytes_sent)`` of ``lo`` in ``pid``'s network namespace (a cluster's
+    private network), None when it cannot be read."""
+    try:
+        with open(f"{proc_root}/{pid}/net/dev", encoding="ascii") as fh:
+            return _parse_net_dev(fh.readlines()[2:]).get("lo")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
 
 
 # --------------------------------------------------------------------------- process trees
@@ -300,6 +322,7 @@ class Sampler:
         nvml: Any = None,
         tree_refresh: float = 1.0,
         netns: Callable[[int], dict | None] | None = None,
+        loopback_pid: Callable[[], int | None] | None = None,
     ):
         if tasks is not None and not callable(tasks) and not isinstance(tasks, Mapping):
             raise TypeError(
@@ -316,6 +339,8 @@ class Sampler:
         self._trees: dict[str, tuple] = {}  # task -> (root pid, mono, wall of the scan, [processes])
         self.tree_refresh = tree_refresh
         self.netns = netns if netns is not None else netns_counters
+        #: a process in the tasks' private network, whose loopback is theirs (the ``lo`` row)
+        self.loopback_pid = loopback_pid
         self.exited: dict[str, float] = {}  # task -> wall time it was first seen gone
         self.denied = 0  # processes we were not allowed to read
         self.samples = 0
@@ -442,10 +467,14 @@ class Sampler:
         rows = self._sample_cpu(mono)
         vm = self.ps.virtual_memory()
         rows += [("host", "mem_used", float(vm.used)), ("host", "mem_available", float(vm.available))]
-        nics = self.ps.net_io_counters(pernic=True) or {}
-        for nic, c in nics.items():
+        nics = {nic: (nic, c) for nic, c in (self.ps.net_io_counters(pernic=True) or {}).items()}
+        pid = self.loopback_pid() if self.loopback_pid else None
+        private = loopback_of(pid) if pid else None
+        if private is not None:  # the cluster talks over its own loopback, not this namespace's
+            nics["lo"] = (f"lo@{pid}", _NicBytes(*private))  # its own counter: no jump between the two
+        for nic, (key, c) in nics.items():
             for metric, value in (("net_recv", c.bytes_recv), ("net_sent", c.bytes_sent)):
-                r = self.counters.rate((nic, metric), value, mono)
+                r = self.counters.rate((key, metric), value, mono)
                 if r is not None:
                     rows.append((nic, metric, r))
         disk = self.ps.disk_io_counters(perdisk=False)  # None in some containers
@@ -455,7 +484,7 @@ class Sampler:
                 if r is not None:
                     rows.append(("disk", metric, r))
         self.counters.forget_missing(
-            [(n, m) for n in nics for m in ("net_recv", "net_sent")]
+            [(key, m) for key, _ in nics.values() for m in ("net_recv", "net_sent")]
             + ([("disk", "disk_read"), ("disk", "disk_write")] if disk is not None else [])
             + [k for k in self.counters.prev if k[1].startswith("task_")]
         )

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lab_utils.cluster import BIND_FAILED_EXIT, ClusterError, TFCluster, hosts, job, reap
+from lab_utils.cluster import BIND_FAILED_EXIT, ClusterError, TFCluster, hosts, job, netem, reap
 
 pytestmark = pytest.mark.process
 
@@ -142,13 +142,16 @@ def test_four_clusters_at_once_from_four_processes():
 
 def test_reap_stops_what_a_killed_parent_left(run_root):
     kernel, info = start_kernel("--no-guard")  # no guard: only reap() can clean up
-    procs = tree(kernel.pid)[1:]
+    kids = tree(kernel.pid)[1:]
+    holder = [p for p in kids if info["network"] and p.pid == info["network"]["holder"]]
+    procs = [p for p in kids if p not in holder]  # the tasks; the holder keeps their private network
     assert len(procs) == 3
     try:
         assert reap() == []  # parent alive: left alone
         kernel.kill()
         kernel.wait()
         assert all(p.is_running() for p in procs), "without the guard the tasks outlive the kernel"
+        assert wait_gone(holder, 5.0) == []  # it ends with the kernel's pipe, guard or not
         stopped = reap()
         assert stopped == [info["run_dir"]]
         assert wait_gone(procs, 5.0) == []
@@ -249,6 +252,11 @@ def test_ready_timeout_names_the_task_and_shows_its_log():
 
 
 def test_bind_failure_restarts_with_fresh_ports(monkeypatch):
+    """Where the tasks share this machine's ports (no private network: a machine without
+    namespaces; remote and emulated hosts draw theirs at random), a port taken between
+    the pick and the bind restarts the cluster on fresh ones."""
+    monkeypatch.setattr(netem, "private_how", lambda: (None, "no namespaces in this test"))
+    monkeypatch.setattr(hosts, "network_interfaces", lambda: [])  # loopback only: no refusal
     taken = socket.socket()
     taken.bind(("", 0))
     taken.listen()

@@ -4,8 +4,8 @@ horovodrun with Gloo and with MPI must add none of them, run every rank and leav
 nothing behind. (tests/process/test_mpi_jobs.py does the same for bare MPIJobs.)
 
 Two ways to drop root, each its own test so a skip says which one this machine lacks:
-the real user ``nobody`` (``setpriv``/``runuser``), when it can reach the repository,
-the environment and its interpreter (never chmod'ed for the test); and an
+the real user ``nobody`` (``setpriv``), through an interpreter it can reach that sees
+this environment (tests/fixtures/unprivileged.py; nothing chmod'ed for the test); and an
 unprivileged user namespace, where the job sees uid 65534 but keeps the files."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import json
 import os
 import pwd
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+import unprivileged  # noqa: E402
 
 pytestmark = pytest.mark.process
 
@@ -54,14 +56,6 @@ def _scripts() -> list[str]:
     from lab_utils.grading import reference_script
 
     return [str(reference_script("04_allreduce", "ring.py")), str(reference_script("04_allreduce", "train_hvd.py"))]
-
-
-def _not_traversable(path: Path) -> Path | None:
-    """The first folder on the way to ``path`` that other users cannot enter, if any."""
-    for folder in [*reversed(path.parents), path]:
-        if folder.is_dir() and not folder.stat().st_mode & stat.S_IXOTH:
-            return folder
-    return None
 
 
 @pytest.fixture
@@ -105,11 +99,14 @@ def _leftovers(home: Path, uid: int | None, deadline: float) -> list[str]:
         time.sleep(0.1)
 
 
-def _run_jobs(prefix: list[str], home: Path, user: str, uid: int | None, how: str) -> None:
+def _run_jobs(
+    prefix: list[str], home: Path, user: str, uid: int | None, how: str, python: str = sys.executable
+) -> None:
     scripts = _scripts()
     env = _child_env(home, user)
+    env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
     probe = subprocess.run(
-        [*prefix, sys.executable, "-c", "import os, lab_utils.cluster; assert os.geteuid() != 0"],
+        [*prefix, python, "-c", "import os, lab_utils.cluster; assert os.geteuid() != 0"],
         env=env,
         cwd=home,
         capture_output=True,
@@ -119,7 +116,7 @@ def _run_jobs(prefix: list[str], home: Path, user: str, uid: int | None, how: st
     if probe.returncode != 0:
         pytest.skip(f"as {how}, this Python cannot start: {(probe.stderr.strip().splitlines() or ['?'])[-1]}")
     out = subprocess.run(
-        [*prefix, sys.executable, "-c", SNIPPET, *scripts],
+        [*prefix, python, "-c", SNIPPET, *scripts],
         env=env,
         cwd=home,
         capture_output=True,
@@ -147,32 +144,16 @@ def _run_jobs(prefix: list[str], home: Path, user: str, uid: int | None, how: st
 
 
 def test_mpi_jobs_as_nobody(home):
-    if os.getuid() != 0:
-        pytest.skip("not root: the other MPI process tests already run unprivileged")
+    """As the real user nobody, through an interpreter it can reach (the environment is
+    not chmod'ed: tests/fixtures/unprivileged.py)."""
+    made = unprivileged.make(USER)
+    if isinstance(made, str):
+        pytest.skip(made)
     try:
-        pw = pwd.getpwnam(USER)
-    except KeyError:
-        pytest.skip(f"no user {USER!r} on this machine")
-    if shutil.which("setpriv"):
-        prefix = [shutil.which("setpriv"), f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups"]
-    elif shutil.which("runuser"):
-        prefix = [shutil.which("runuser"), "-u", USER, "-m", "--"]
-    else:
-        pytest.skip("neither setpriv nor runuser is installed: cannot run as another user")
-    for what, path in (
-        ("the repository", ROOT),
-        ("the environment", Path(sys.prefix)),
-        ("this interpreter", Path(os.path.realpath(sys.executable))),
-        ("its standard library", Path(sys.base_prefix)),
-    ):
-        blocked = _not_traversable(path)
-        if blocked is not None:
-            pytest.skip(
-                f"{USER} cannot enter {blocked} ({stat.filemode(blocked.stat().st_mode)}) on the way to {what} "
-                f"({path}); not chmod'ed for a test (test_mpi_jobs_in_a_user_namespace covers the MPI path)"
-            )
-    os.chown(home, pw.pw_uid, pw.pw_gid)
-    _run_jobs(prefix, home, USER, pw.pw_uid, USER)
+        os.chown(home, made.uid, pwd.getpwnam(USER).pw_gid)
+        _run_jobs(made.prefix, home, USER, made.uid, USER, python=made.python)
+    finally:
+        made.cleanup()
 
 
 def test_mpi_jobs_in_a_user_namespace(home):

@@ -27,7 +27,11 @@ from lab_utils.cluster import netem
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-_missing = netem.unavailable_reason() or next(
+_missing = (
+    netem.unavailable_reason()
+    or (netem.how() != "netns" and "real sshd servers need named network namespaces (CAP_NET_ADMIN)")
+    or None
+) or next(
     (
         f"{tool} is not installed (make setup installs openssh-server as root)"
         for tool in (SSHD, "ssh", "ssh-keygen")

@@ -39,7 +39,7 @@ def test_binder_follows_repo2docker_conventions():
     # once binder/ exists repo2docker ignores the root; an environment.yml here would win over requirements.txt
     assert not (binder / "environment.yml").exists()
     assert (binder / "runtime.txt").read_text().strip() == "python-3.11"
-    assert {"openmpi-bin", "libopenmpi-dev", "g++"} <= set((binder / "apt.txt").read_text().split())
+    assert {"openmpi-bin", "libopenmpi-dev", "g++", "iproute2"} <= set((binder / "apt.txt").read_text().split())
     post = binder / "postBuild"
     text = post.read_text()
     assert os.access(post, os.X_OK) and text.startswith("#!/usr/bin/env bash")

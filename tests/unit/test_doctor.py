@@ -127,3 +127,11 @@ def test_real_environment_passes():
     for name in ("Python", "TensorFlow", "Horovod", "mpirun", "mpi4py", "CPU", "Memory", "GPUs", "Disk", "Host"):
         assert f"  {name}" in proc.stdout
     assert "controllers: MPI, Gloo" in proc.stdout
+
+
+def test_network_row_says_how_or_why_not():
+    assert d.check_network(lambda: "netns").status == d.OK
+    row = d.check_network(lambda: "userns")
+    assert row.status == d.OK and "no root" in row.value
+    row = d.check_network(lambda: None, lambda: "user namespaces are off here (user.max_user_namespaces = 0)")
+    assert row.status == d.WARN and "max_user_namespaces" in row.value and "loopback" in row.fix

@@ -770,3 +770,41 @@ def test_netns_reader_says_none_in_the_shared_namespace(tmp_path):
     )
     assert netns_counters(7, str(proc)) == {"eth0": (1234, 5678)}
     assert netns_counters(8, str(proc)) is None
+
+
+def test_a_private_cluster_network_s_loopback_is_the_lo_row(tmp_path):
+    """A namespace with loopback alone is a cluster's private network: not a task's own
+    link (netns_counters says None), and its lo counters stand in for this namespace's."""
+    import os
+
+    from lab_utils.metrics import sampler as sampler_mod
+
+    proc = tmp_path / "proc"
+    (proc / "9" / "ns").mkdir(parents=True)
+    (proc / "9" / "net").mkdir()
+    (proc / "self" / "ns").mkdir(parents=True)
+    os.symlink("net:[1]", proc / "self" / "ns" / "net")
+    os.symlink("net:[3]", proc / "9" / "ns" / "net")
+    (proc / "9" / "net" / "dev").write_text(
+        "Inter-|   Receive\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n"
+        "    lo: 4000 1 0 0 0 0 0 0 4000 1 0 0 0 0 0 0\n"
+    )
+    assert netns_counters(9, str(proc)) is None
+    assert sampler_mod.loopback_of(9, str(proc)) == (4000, 4000)
+    assert sampler_mod.loopback_of(10, str(proc)) is None
+
+
+def test_the_lo_row_counts_the_private_network_when_there_is_one(monkeypatch):
+    from lab_utils.metrics import sampler as sampler_mod
+
+    ps = FakePs()
+    lo = {"value": 1000}
+    monkeypatch.setattr(sampler_mod, "loopback_of", lambda pid: (lo["value"], lo["value"]) if pid == 42 else None)
+    mono, wall = Clock(100.0), Clock(1_000.0)
+    s = Sampler({}, ps=ps, gpu=False, clock=mono, wallclock=wall, loopback_pid=lambda: 42)
+    s.sample()
+    advance(mono, wall, 1.0)
+    lo["value"] += 500  # the cluster sent 500 bytes over its loopback in that second
+    ps.nics["lo"] = Nic(10**9, 10**9)  # this namespace's own loopback: not the cluster's
+    rows = {(r[2], r[3]): r[4] for r in s.sample()[1]}
+    assert rows[("lo", "net_sent")] == 500.0 and rows[("lo", "net_recv")] == 500.0

@@ -93,7 +93,7 @@ def test_remove_touches_only_its_own_names(monkeypatch):
     assert netem.remove({"hub": "default", "hosts": ["eth0", "labnet-0123abcd-h0", "../x"]}) == [
         "labnet-0123abcd-h0"  # still listed by the stub: reported as left
     ]
-    assert calls == [["ip", "netns", "del", "labnet-0123abcd-h0"]]
+    assert calls == [["ip", "netns", "del", "labnet-0123abcd-h0"]] * 5  # tried again while still listed
 
 
 def test_tfcluster_takes_emulated_hosts():
@@ -222,3 +222,56 @@ def test_host_per_rank_refuses_a_host_count():
     assert netem.host_per_rank("local") is None
     with pytest.raises(ValueError, match="one emulated host per rank here, leave n unset"):
         netem.host_per_rank("emulated:100mbit,n=2")
+
+
+def test_capabilities_are_read_from_the_status_file():
+    root = "Name:\tx\nCapEff:\t000001ffffffffff\n"
+    dropped = "Name:\tx\nCapEff:\t0000000000000000\n"
+    assert netem.has_capability(netem.CAP_NET_ADMIN, netem.capabilities(root))
+    assert netem.has_capability(netem.CAP_SYS_ADMIN, netem.capabilities(root))
+    assert not netem.has_capability(netem.CAP_NET_ADMIN, netem.capabilities(dropped))
+    only_net = f"CapEff:\t{1 << netem.CAP_NET_ADMIN:016x}\n"
+    assert netem.has_capability(netem.CAP_NET_ADMIN, netem.capabilities(only_net))
+    assert not netem.has_capability(netem.CAP_SYS_ADMIN, netem.capabilities(only_net))
+
+
+@pytest.mark.parametrize(
+    ("files", "says"),
+    [
+        ({"user/max_user_namespaces": "0"}, "sysctl -w user.max_user_namespaces="),
+        ({"kernel/unprivileged_userns_clone": "0"}, "sysctl -w kernel.unprivileged_userns_clone=1"),
+        ({"kernel/apparmor_restrict_unprivileged_userns": "1"}, "apparmor_restrict_unprivileged_userns=0"),
+        ({"user/max_user_namespaces": "100"}, "seccomp"),
+    ],
+)
+def test_a_refused_user_namespace_names_its_cause_and_setting(tmp_path, files, says):
+    for name, value in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(value + "\n")
+    reason = netem.userns_refusal("unshare: unshare failed: Operation not permitted", tmp_path)
+    assert says in reason, reason
+
+
+def test_the_network_kind_follows_what_this_process_may_do(monkeypatch):
+    monkeypatch.setattr(netem, "how", lambda: "userns")
+    net = netem.network(netem.emulated(), 2)
+    assert isinstance(net, netem.UserNetwork) and net.kind == "userns"
+    net.pids = [101, 102]
+    assert net.command(1, ["python", "x.py"]) == [
+        *["nsenter", "--target", "102", "--user", "--net", "--preserve-credentials"],
+        *["python", "x.py"],
+    ]
+    monkeypatch.setattr(netem, "how", lambda: "netns")
+    assert type(netem.network(netem.emulated(), 2)) is netem.Network
+    monkeypatch.setattr(netem, "how", lambda: None)
+    monkeypatch.setattr(netem, "unavailable_reason", lambda: "no way")
+    with pytest.raises(netem.NetworkError, match="no way"):
+        netem.network(netem.emulated(), 2)
+
+
+def test_shaping_asks_netem_only_for_latency_or_loss():
+    netem_args, tbf = netem.shaping(netem.emulated(bandwidth="100mbit"))
+    assert netem_args is None and tbf[:3] == ["tbf", "rate", "100000000bit"]
+    netem_args, tbf = netem.shaping(netem.emulated(bandwidth="100mbit", latency="1ms", loss=0.5))
+    assert netem_args == ["netem", "delay", "1ms", "loss", "0.5%", "rate", "100000000bit"] and tbf
+    assert netem.shaping(netem.emulated(bandwidth=None)) == (None, None)

@@ -1,0 +1,84 @@
+"""Emulated hosts as the students run them: a real unprivileged user (root's CI drops to
+``nobody``; tests/fixtures/unprivileged.py), no capability, no sudo.
+
+That user builds emulated hosts and each cluster's private network in a user namespace of
+the job's own (``netem.how() == "userns"``), and the tests of tests/process/test_emulated.py
+(shaped links, TF and MPI clusters on them, 20 in a row, 4 at once, a SIGKILLed kernel,
+reap), tests/process/test_private_network.py (nothing of a local TF cluster, MPI or Horovod
+job listens in the machine's namespace; a killed kernel leaves nothing) and
+tests/process/test_netexp.py (Lab 4 Part D: the PS levelling off, its traffic) run again as
+that user, none skipped, leaving nothing of that user's running."""
+
+from __future__ import annotations
+
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+import unprivileged  # noqa: E402
+
+pytestmark = pytest.mark.process
+
+REPO = Path(__file__).resolve().parents[2]
+AGAIN = [
+    "tests/process/test_emulated.py",
+    "tests/process/test_private_network.py",
+    "tests/process/test_netexp.py",
+]
+
+
+@pytest.fixture(scope="module")
+def user():
+    made = unprivileged.make()
+    if isinstance(made, str):
+        pytest.skip(made)
+    yield made
+    made.cleanup()
+
+
+def _left(user: unprivileged.Unprivileged) -> list[str]:
+    """That user's processes still alive (a bounded wait: the last ones may be ending)."""
+    deadline = time.monotonic() + 15
+    while True:
+        left = []
+        for p in psutil.process_iter(["pid", "uids", "cmdline"]):
+            if p.info["uids"] and p.info["uids"].real == user.uid and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:160]}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)  # polling the process table under a deadline
+
+
+def test_the_user_builds_emulated_hosts_in_a_user_namespace(user):
+    code = "from lab_utils.cluster import netem; print(netem.how()); print(netem.unavailable_reason())"
+    out = user.run([user.python, "-c", code], timeout=60)
+    assert out.returncode == 0, out.stderr
+    how, reason = out.stdout.splitlines()
+    if how == "None" and "sysctl" in reason:  # a kernel set to refuse them: the one line says which setting
+        pytest.skip(f"as {user.user}: {reason}")
+    assert (how, reason) == ("userns", "None"), out.stdout
+
+
+@pytest.mark.timeout(900)  # about 2 minutes on 2 cores: a hang guard with room for a machine 2.5x slower
+def test_emulated_hosts_tests_pass_as_that_user_none_skipped(user):
+    junit = user.home / "junit.xml"
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={user.home / 'pytest'}"]
+    out = user.run([user.python, *args, f"--junitxml={junit}", *AGAIN], timeout=850, cwd=REPO)
+    try:
+        assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-2000:]
+        cases = list(ET.parse(junit).getroot().iter("testcase"))
+        skipped = [c.get("name") for c in cases if c.find("skipped") is not None]
+        assert len(cases) >= 12 and skipped == [], (len(cases), skipped)
+    finally:
+        left = _left(user)
+        for line in left:  # do not let one leak poison the rest of the session
+            try:
+                psutil.Process(int(line.split(":")[0])).kill()
+            except psutil.NoSuchProcess:
+                pass
+    assert left == [], f"left running as {user.user}: {left}"
