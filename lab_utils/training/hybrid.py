@@ -29,8 +29,8 @@ step took 0.80 s in ``hybrid``, 1.44 s in ``ps`` and 2.92 s in ``allreduce``; wi
 0.90 s, 2.86 s (the PS's link: 36 MB a step) and 2.92 s. The hybrid's PS link carried
 0.18 MB a step where ``ps``'s carried 18 MB (2 workers). Over loopback, where bytes cost
 little, the three are within 2x of each other and 4 workers on 2 cores are
-compute-bound. Without root the runs fall back to local hosts (one line says so) and the
-table says ``emulated: False``: then only the task's own count is there.
+compute-bound. Where no emulated hosts can be made (no root and no user namespaces) the runs fall back to
+local hosts (one line says why) and the table says ``emulated: False``: then only the task's own count is there.
 
 Parallax also shards the sparse variables over a PS on every machine and aggregates
 sparse gradients locally first; here one PS serves the table, which is enough to show

@@ -16,8 +16,9 @@ through Open MPI's ring all-reduce. With 3 MB over 100 Mbit/s links, a PS step m
 0.48 s of gradients per worker through the PS's one link; the ring moves 0.36 s per
 rank whatever the number of workers. Next to 1 s of computation, the PS levels off
 (2.2x with 4 workers, measured) and the ring stays closer to linear (2.6-2.7x). The bytes
-are each host's link counters, not estimates. Without root the runs fall back to
-local hosts (one line says so) and the table says ``emulated: False``.
+are each host's link counters, not estimates. No root is needed (a user
+namespace of the job's own); where the machine refuses those too, the runs fall back to
+local hosts (one line says why) and the table says ``emulated: False``.
 """
 
 from __future__ import annotations

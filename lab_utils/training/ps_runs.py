@@ -318,7 +318,8 @@ def run_ps(
     trains (in JupyterLab a figure redrawn in place; headless, one static figure).
     ``hosts``: where the tasks run, as :class:`~lab_utils.cluster.TFCluster` takes
     it: ``None``/``"local"`` (this machine, loopback), ``"emulated:bandwidth=100mbit"``
-    (one network namespace per task, shaped links; local with a note without root),
+    (one network namespace per task, shaped links, with or without root; local with a note
+    where the machine allows neither),
     ``"hostfile:nodes.txt"`` (ssh) or ``"slurm"``.
 
     ``args`` become the script's command line (``{"batch_size": 60}`` ->
