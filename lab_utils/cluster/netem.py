@@ -315,7 +315,11 @@ def private_how() -> tuple[str | None, str | None]:
     for tool in ("ip", "unshare", "nsenter"):
         if shutil.which(tool) is None:
             return None, f"`{tool}` is not installed"
-    tries = [("userns", ["unshare", "--user", "--map-root-user", "--net", "ip", "link", "set", "lo", "up"])]
+    up = ["--net", "ip", "link", "set", "lo", "up"]
+    tries = [  # the student's own uid inside where unshare can keep its capabilities, else uid 0
+        ("userns", ["unshare", "--user", "--map-current-user", "--keep-caps", *up]),
+        ("userns-root", ["unshare", "--user", "--map-root-user", *up]),
+    ]
     if has_capability(CAP_SYS_ADMIN) and has_capability(CAP_NET_ADMIN):
         tries.insert(0, ("netns", ["unshare", "--net", "ip", "link", "set", "lo", "up"]))
     errors = []
@@ -662,16 +666,20 @@ class PrivateNetwork(Network):
     the network can reach them (TensorFlow's SECURITY.md: a server "accepts connections from
     anywhere" and runs the graphs it is sent).
 
-    Held by one process (``cat``, started under ``unshare --net``, or ``unshare --user
-    --map-root-user --net`` without CAP_SYS_ADMIN) that ends when its standard input
-    closes: on :meth:`destroy`, or when this process dies; tasks join it with ``nsenter``."""
+    Held by one process (``cat``, started under ``unshare --net``; without CAP_SYS_ADMIN under
+    ``unshare --user --map-current-user --keep-caps --net``, so that the tasks keep the
+    student's own uid inside, or ``--map-root-user`` where util-linux is older than 2.38)
+    that ends when its standard input closes: on :meth:`destroy`, or when this process
+    dies; tasks join it with ``nsenter``."""
 
     kind = "private"
 
-    def __init__(self, userns: bool):
+    def __init__(self, userns: bool, as_root: bool = False):
         super().__init__(EmulatedHosts(1, bandwidth=None), 1)
         self.userns = userns
-        self.inside_uid0 = userns
+        # the student's own uid inside (unshare --map-current-user --keep-caps: util-linux 2.38+),
+        # else uid 0 inside (Open MPI's run-as-root switches then apply)
+        self.inside_uid0 = userns and as_root
         self.holder: subprocess.Popen | None = None
         self.holder_started: float | None = None
 
@@ -699,7 +707,8 @@ class PrivateNetwork(Network):
     def build(self) -> PrivateNetwork:
         import psutil
 
-        unshare = ["unshare", *(["--user", "--map-root-user"] if self.userns else []), "--net"]
+        mapping = ["--map-root-user"] if self.inside_uid0 else ["--map-current-user", "--keep-caps"]
+        unshare = ["unshare", *(["--user", *mapping] if self.userns else []), "--net"]
         try:
             self.holder = subprocess.Popen(
                 [*unshare, "sh", "-c", "ip link set lo up && echo ready && exec cat >/dev/null"],
@@ -754,7 +763,7 @@ def private_network() -> PrivateNetwork:
     kind, reason = private_how()
     if kind is None:
         raise NetworkError(f"no private network here: {reason}")
-    return PrivateNetwork(userns=kind == "userns")
+    return PrivateNetwork(userns=kind != "netns", as_root=kind == "userns-root")
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:

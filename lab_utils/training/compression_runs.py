@@ -183,7 +183,7 @@ def run(
     )
     with job:
         results = job.wait()
-    emulated = job.network is not None
+    emulated = job.emulated
     network = spec.describe() if emulated else "loopback (not emulated)"
     link = None
     if emulated:  # the warm-up step crossed the links too

@@ -85,12 +85,12 @@ def run_ranks(
     row = {
         "mode": mode,
         "workers": workers,
-        "emulated": job.network is not None,
-        "network": spec.describe() if job.network is not None else "loopback (not emulated)",
+        "emulated": job.emulated,
+        "network": spec.describe() if job.emulated else "loopback (not emulated)",
         "step_s": max(r["step_s"] for r in done),  # a synchronous step ends with its slowest worker
         "examples_per_s": sum(r["examples_per_s"] for r in done),
     }
-    if job.network is not None:
+    if job.emulated:
         traffic = job.network.mb_per_step(steps)
         row["ps_mb_per_step"] = traffic[0] if has_ps else None
         row["worker_mb_per_step"] = statistics.mean(traffic[i] for i in range(has_ps, workers + has_ps))

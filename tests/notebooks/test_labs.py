@@ -23,10 +23,10 @@ from lab_utils.grading.sandbox import MARKER
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import crafted  # noqa: E402
 
-# Every test here may be the one that pays for its lab's module fixtures: the papermill run
-# (up to about 2 minutes on 2 cores, Lab 6) and the course's grading (up to about 3 minutes,
-# Lab 4). 900 s is a hang guard with room for a machine 2.5x slower, not a speed limit.
-pytestmark = [pytest.mark.notebook, pytest.mark.timeout(900)]
+# Every test here may be the one that pays for its lab's module fixture: the papermill run
+# and the course's grading side by side (about 4 minutes on 2 cores, Lab 4). 1,200 s is a
+# hang guard with room for a machine 2.5x slower, not a speed limit.
+pytestmark = [pytest.mark.notebook, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
 #: What each lab's CI run must show (its time is measured by bench/bench_labs.py, never
@@ -110,20 +110,44 @@ def lab(request):
 
 
 @pytest.fixture(scope="module")
-def ci_run(lab, tmp_path_factory):
+def lab_runs(lab, tmp_path_factory):
+    """The lab's two long jobs side by side: its ``make run`` (papermill, a subprocess) and
+    its course's grading (:func:`_grade_course`, in this process). Each leaves a core idle
+    much of the time (kernel and cluster start-ups, waits on ranks): run one after the
+    other they cost 1,015 s of the suite's 1,900. Timing noise from the overlap never costs
+    a point (the grader's timing lock, rounds and noise band; 'inconclusive timing' is
+    tolerated like anywhere else)."""
     out = tmp_path_factory.mktemp(f"run-{lab}")
     temp_before = _lab_temp_files()
-    proc = subprocess.run(
-        [sys.executable, "-m", "lab_utils.run_labs", "--labs", lab[:2], "--out", str(out), "--no-progress"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    cmd = [sys.executable, "-m", "lab_utils.run_labs", "--labs", lab[:2], "--out", str(out), "--no-progress"]
+    with open(out / "make-run.stdout", "w+") as fo, open(out / "make-run.stderr", "w+") as fe:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=fo, stderr=fe, text=True)
+        try:
+            course = _grade_course(lab, tmp_path_factory)
+        finally:
+            try:  # a hang guard for the papermill run, not a speed limit
+                proc.wait(timeout=900)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise
+        fo.seek(0)
+        fe.seek(0)
+        done = subprocess.CompletedProcess(cmd, proc.returncode, fo.read(), fe.read())
     _assert_nothing_left(out)
     left = sorted(_lab_temp_files() - temp_before)
     assert not left, f"the lab left these in the temporary directory: {left}"
-    return proc, out
+    return (done, out), course
+
+
+@pytest.fixture(scope="module")
+def ci_run(lab_runs):
+    return lab_runs[0]
+
+
+@pytest.fixture(scope="module")
+def course(lab_runs):
+    return lab_runs[1]
 
 
 def _lab_temp_files() -> set[Path]:
@@ -176,8 +200,7 @@ def _source(lab: str):
     return nbformat.read(_paths(lab)[0], as_version=4)
 
 
-@pytest.fixture(scope="module")
-def course(lab, tmp_path_factory):
+def _grade_course(lab, tmp_path_factory):
     """A temporary course: release, then autograde the release with the instructor's
     solutions filled in (as 'solution') and the bare release, vandalised (as 'blank'): a
     test cell emptied, another deleted, a process and a TF server left running, the
@@ -231,8 +254,10 @@ def test_source_autogrades_to_full_marks(lab, course):
         return
     # the forged speed earned nothing, and it was the flag that took it: by the clock alone
     # the script (the instructor's) is in the top band
-    assert short["test_throughput"][0] == 0 and [f["kind"] for f in result["flags"]] == ["forged throughput"], result
-    claimed = float(result["flags"][0]["detail"].split(" claims ")[1].split("x")[0])
+    kinds = [f["kind"] for f in result["flags"] if f["kind"] not in crafted.NOISE_FLAGS]
+    assert short["test_throughput"][0] == 0 and kinds == ["forged throughput"], result
+    forged_flag = next(f for f in result["flags"] if f["kind"] == "forged throughput")
+    claimed = float(forged_flag["detail"].split(" claims ")[1].split("x")[0])
     assert claimed > 10, result["flags"]  # 50x the truth, seen through the run-to-run noise
     line = next(x for x in _printed(graded).splitlines() if x.startswith("[grading-timing] "))
     timing = json.loads(line.removeprefix("[grading-timing] "))
