@@ -26,12 +26,15 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from lab_utils import reference_runs
 from lab_utils.cluster import MPIJob, netem
 from lab_utils.cluster.job import format_args
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training import netexp_task
 
 MODES = ("ps", "allreduce")
+#: shown beside loopback figures where no emulated hosts can be made (lab_utils.reference_runs)
+REFERENCE = "netexp_100mbit"
 #: Open MPI: choose the ring algorithm for MPI_Allreduce (coll/tuned's algorithm 4).
 RING = ["--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm", "4"]
 #: One mpi4py rank of the experiment: NumPy, its gradients and buffers.
@@ -143,7 +146,8 @@ def experiment(
     the speedup over the mode's own smallest run and the ideal (linear) one."""
     import pandas as pd
 
-    spec = netem.spec_or_local(kwargs.pop("hosts", "emulated:100mbit"))  # the fallback line once, not per run
+    hosts = kwargs.pop("hosts", "emulated:100mbit")
+    spec = netem.spec_or_local(hosts)  # the fallback line once, not per run
     rows = []
     for mode in modes:
         for w in workers:
@@ -158,6 +162,18 @@ def experiment(
     base = table.loc[table.groupby("mode")["workers"].idxmin()].set_index("mode")
     table["speedup"] = table.apply(lambda r: r["examples_per_s"] / base.loc[r["mode"], "examples_per_s"], axis=1)
     table["ideal"] = table["workers"] / table["mode"].map(base["workers"])
+    if netem.as_spec(hosts) is not None and spec is None:  # links asked for, loopback measured
+        table.attrs["reference"] = ref = reference_runs.table(REFERENCE)
+        most = int(ref["workers"].max())
+        at = ref[ref["workers"] == most].set_index("mode")
+        ps = ref[ref["mode"] == "ps"].set_index("workers")["ps_mb_per_step"]
+        print(
+            f"Your runs above are on loopback. {ref.attrs['label']}: at {most} "
+            f"workers the PS reaches {at.loc['ps', 'speedup']:.2f}x and the ring {at.loc['allreduce', 'speedup']:.2f}x; "
+            f"the PS host moves {', '.join(f'{v:.0f}' for v in ps)} MB per step for "
+            f"{', '.join(str(w) for w in ps.index)} workers (plot() draws it beside yours).",
+            flush=True,
+        )
     return table
 
 
@@ -167,18 +183,27 @@ def plot(table):
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ref = table.attrs.get("reference")
+    mine = " (yours: loopback)" if ref is not None else ""
     for mode, part in table.groupby("mode"):
-        ax1.plot(part["workers"], part["speedup"], "o-", label=mode)
+        ax1.plot(part["workers"], part["speedup"], "o-", label=mode + mine)
+    if ref is not None:  # the shipped run on emulated links, drawn apart and named
+        for mode, part in ref.groupby("mode"):
+            ax1.plot(part["workers"], part["speedup"], "^:", label=f"{mode} (reference: emulated links)")
     ws = sorted(table["workers"].unique())
     ax1.plot(ws, [w / ws[0] for w in ws], "k--", lw=1, label="ideal")
     ax1.set(xlabel="workers", ylabel="speedup", title="throughput over one worker")
-    ax1.legend()
-    if "worker_mb_per_step" in table:
-        ps = table[table["mode"] == "ps"]
+    ax1.legend(fontsize="small")
+    traffic = ref if ref is not None else table
+    if "worker_mb_per_step" in traffic and traffic["worker_mb_per_step"].notna().any():
+        ps = traffic[traffic["mode"] == "ps"]
         ax2.plot(ps["workers"], ps["ps_mb_per_step"], "o-", label="PS host")
-        for mode, part in table.groupby("mode"):
+        for mode, part in traffic.groupby("mode"):
             ax2.plot(part["workers"], part["worker_mb_per_step"], "s--", label=f"{mode} worker")
-        ax2.set(xlabel="workers", ylabel="MB per step (sent + received)", title="traffic per host")
-        ax2.legend()
+        title = "traffic per host" + (" (reference: emulated links)" if ref is not None else "")
+        ax2.set(xlabel="workers", ylabel="MB per step (sent + received)", title=title)
+        ax2.legend(fontsize="small")
+    if ref is not None:
+        fig.suptitle(ref.attrs["label"], fontsize="small")
     fig.tight_layout()
     return fig

@@ -275,3 +275,65 @@ def test_shaping_asks_netem_only_for_latency_or_loss():
     netem_args, tbf = netem.shaping(netem.emulated(bandwidth="100mbit", latency="1ms", loss=0.5))
     assert netem_args == ["netem", "delay", "1ms", "loss", "0.5%", "rate", "100000000bit"] and tbf
     assert netem.shaping(netem.emulated(bandwidth=None)) == (None, None)
+
+
+def test_where_no_links_can_be_made_netexp_shows_the_shipped_reference_labelled(monkeypatch, capsys):
+    """Loopback is never presented as a network: the student's table stays loopback's, and a
+    reference run on emulated links (lab_utils.reference_runs) is printed and drawn beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from lab_utils import reference_runs
+    from lab_utils.training import netexp
+
+    monkeypatch.setattr(netem, "unavailable_reason", lambda: "user namespaces are off here (sysctl -w ...)")
+    rates = {("ps", 1): 50.0, ("ps", 4): 190.0, ("allreduce", 1): 60.0, ("allreduce", 4): 230.0}
+
+    seen = []
+
+    def fake(mode, w, hosts=None, **kw):
+        seen.append(hosts)
+        return {"mode": mode, "workers": w, "examples_per_s": rates[(mode, w)], "step_s": 1.0, "network": "loopback"}
+
+    monkeypatch.setattr(netexp, "run", fake)
+    table = netexp.experiment(workers=(1, 4), hosts="emulated:100mbit")
+    out = capsys.readouterr().out
+    assert seen == [None] * 4  # the runs themselves are on loopback
+    assert out.count("hosts are not emulated (user namespaces are off here") == 1
+    ref = table.attrs["reference"]
+    assert ref.attrs["label"].startswith("reference run: emulated 100 Mbit/s links") and ref["emulated"].all()
+    at4 = ref[ref["workers"] == 4].set_index("mode")["speedup"]
+    assert (
+        f"PS reaches {at4['ps']:.2f}x and the ring {at4['allreduce']:.2f}x" in out
+        and "Your runs above are on loopback" in out
+    )
+    assert at4["allreduce"] > at4["ps"]  # what the shipped run shows: the lesson's contrast
+    assert list(table["speedup"]) == [1.0, 3.8, 1.0, 230.0 / 60.0]  # the student's own figures, untouched
+    labels = [line.get_label() for line in netexp.plot(table).axes[0].get_lines()]
+    assert "ps (yours: loopback)" in labels and "allreduce (reference: emulated links)" in labels
+    assert reference_runs.load(netexp.REFERENCE)["made_with"].startswith("python bench/bench_network.py")
+    with pytest.raises(ValueError, match="known: .*netexp_100mbit"):
+        reference_runs.load("nothing")
+    monkeypatch.setattr(netem, "unavailable_reason", lambda: None)  # emulated: no reference needed
+    assert "reference" not in netexp.experiment(workers=(1, 4), hosts="emulated:100mbit").attrs
+
+
+@pytest.mark.parametrize(
+    ("name", "says"), [("compression_100mbit", "step time in ms: none "), ("hybrid_100mbit", "hybrid ")]
+)
+def test_lab6_shows_a_labelled_reference_only_where_links_were_asked_for_and_not_made(capsys, name, says):
+    from lab_utils import reference_runs
+
+    assert reference_runs.beside(name, "emulated:100mbit", emulated=True) is None  # the student's own links
+    assert reference_runs.beside(name, "local", emulated=False) is None  # loopback was what was asked for
+    assert capsys.readouterr().out == ""
+    ref = reference_runs.beside(name, "emulated:100mbit", emulated=False)
+    out = capsys.readouterr().out
+    assert out.startswith("Your runs above are on loopback. reference run: emulated 100 Mbit/s links") and says in out
+    assert ref["emulated"].all() and ref.attrs["made_with"].startswith("python bench/bench_communication.py")
+    if name == "compression_100mbit":  # what the shipped run shows: the lesson's ordering
+        ms = ref.set_index("method")["step_ms"]
+        assert ms["none"] > ms["fp16"] > max(ms["onebit"], ms["topk"])
+    else:
+        s = ref.set_index("mode")["step_s"]
+        assert s["hybrid"] < min(s["ps"], s["allreduce"])
