@@ -37,7 +37,7 @@ from typing import Any
 import psutil
 
 from lab_utils import config, report
-from lab_utils.cluster import netem, rundir
+from lab_utils.cluster import netem, rundir, userns
 from lab_utils.cluster.process import ClusterError, Recorded, Task, create_time, tail, terminate
 from lab_utils.display import StatusLine
 
@@ -262,11 +262,11 @@ class Job:
         return False
 
     def _build_private(self, n_tasks: int) -> None:
-        """Local tasks run in a network of the job's own (:class:`~lab_utils.cluster.netem.PrivateNetwork`):
+        """Local tasks run in a network of the job's own (:class:`~lab_utils.cluster.userns.PrivateNetwork`):
         they talk over its loopback, and nothing outside can reach their servers. Where no
         namespace can be made, :meth:`_unprotected` decides (and says so)."""
         try:
-            self.network = netem.private_network()
+            self.network = userns.private_network()
         except netem.NetworkError as exc:
             self.network = None
             self._unprotected(str(exc).removeprefix("no private network here: "))

@@ -46,7 +46,6 @@ import secrets
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -306,35 +305,6 @@ def _delete_named(name: str, tries: int = 5) -> bool:
     return False
 
 
-@lru_cache(maxsize=1)
-def private_how() -> tuple[str | None, str | None]:
-    """How this process makes a cluster's private network: ``"netns"`` (CAP_SYS_ADMIN:
-    ``unshare --net``), ``"userns"``, or None and why. Creates nothing that outlives the probe."""
-    if not os.uname().sysname == "Linux":
-        return None, "network namespaces are Linux only"
-    for tool in ("ip", "unshare", "nsenter"):
-        if shutil.which(tool) is None:
-            return None, f"`{tool}` is not installed"
-    up = ["--net", "ip", "link", "set", "lo", "up"]
-    tries = [  # the student's own uid inside where unshare can keep its capabilities, else uid 0
-        ("userns", ["unshare", "--user", "--map-current-user", "--keep-caps", *up]),
-        ("userns-root", ["unshare", "--user", "--map-root-user", *up]),
-    ]
-    if has_capability(CAP_SYS_ADMIN) and has_capability(CAP_NET_ADMIN):
-        tries.insert(0, ("netns", ["unshare", "--net", "ip", "link", "set", "lo", "up"]))
-    errors = []
-    for kind, cmd in tries:
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            errors.append(f"`{' '.join(cmd)}` did not finish within {_TIMEOUT:g} s")
-            continue
-        if done.returncode == 0:
-            return kind, None
-        errors.append(done.stderr.strip())
-    return None, userns_refusal(errors[-1])
-
-
 def how() -> str | None:
     """``"netns"`` (named namespaces: CAP_NET_ADMIN and CAP_SYS_ADMIN), ``"userns"`` (inside
     a user namespace of the job's own: any user, where the kernel allows them) or None."""
@@ -550,246 +520,6 @@ class Network:
         return f"<Network {self.id}: {self.n_hosts} hosts on {self.subnet}, {self.spec.describe()}>"
 
 
-class UserNetwork(Network):
-    """The same network inside a user namespace this process owns (:func:`how` ``"userns"``):
-    no root, no capability, nothing created outside it.
-
-    One process holds it (:mod:`lab_utils.cluster.usernet`, started under ``unshare --user
-    --map-root-user --net``): its own network namespace is the hub; each host is a network
-    namespace held by a child of it. Tasks join host ``i`` with ``nsenter --target <pid>
-    --user --net --preserve-credentials``: uid 0 inside the namespace (Open MPI's
-    run-as-root switches apply there), the student outside it, on the student's files. The
-    holder ends when its standard input closes: on :meth:`destroy`, or when this process
-    dies, even by SIGKILL; the namespaces vanish with their last process."""
-
-    kind = "userns"
-    inside_uid0 = True
-
-    def __init__(self, spec: EmulatedHosts, n_hosts: int, lock_dir: str | os.PathLike | None = None):
-        super().__init__(spec, n_hosts, lock_dir)
-        self.holder: subprocess.Popen | None = None
-        self.holder_started: float | None = None
-        self.pids: list[int] = []  # a process inside host i's namespace
-
-    @property
-    def record(self) -> dict:
-        return {
-            **super().record,
-            "kind": self.kind,
-            "holder": self.holder.pid if self.holder else None,
-            "holder_started": self.holder_started,
-        }
-
-    def _enter(self, pid: int) -> list[str]:
-        return ["nsenter", "--target", str(pid), "--user", "--net", "--preserve-credentials"]
-
-    def command(self, i: int, cmd: Sequence[str]) -> list[str]:
-        """``cmd`` run on emulated host ``i``: ``nsenter`` execs it (same pid)."""
-        return [*self._enter(self.pids[i]), *cmd]
-
-    def _ssh_case(self, i: int) -> str:
-        return f"ns={self.hosts[i]} pid={self.pids[i]}"
-
-    # already inside the job's user namespace (mpirun on host 0): join the host's network only
-    _ssh_enter = (
-        'if [ "$(readlink /proc/self/ns/user)" = "$(readlink /proc/$pid/ns/user)" ]; then\n'
-        '  exec nsenter --target "$pid" --net /bin/sh -c "$*"\nfi\n'
-        'exec nsenter --target "$pid" --user --net --preserve-credentials /bin/sh -c "$*"'
-    )
-
-    def build(self) -> UserNetwork:
-        """Start the holder and wait (bounded) for its one line; on any failure, stop it and
-        raise :class:`NetworkError` with its error."""
-        import psutil
-
-        netem_args, tbf_args = shaping(self.spec)
-        # its own stack: no address here can meet the machine's or another network's
-        self.subnet = pick_subnet([])
-        addresses = [f"{self.address(i)}/{self.subnet.prefixlen}" for i in range(self.n_hosts)]
-        spec = {"addresses": addresses, "netem": netem_args, "tbf": tbf_args}
-        cmd = ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-m", "lab_utils.cluster.usernet"]
-        try:
-            self.holder = subprocess.Popen(
-                [*cmd, json.dumps(spec)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # a notebook's Interrupt is not for it
-            )
-            self.holder_started = psutil.Process(self.holder.pid).create_time()
-            line = _read_line(self.holder, _TIMEOUT)
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                self.holder.kill()
-                self.holder.wait()
-                err = self.holder.stderr.read().decode(errors="replace").strip()
-                raise NetworkError(f"the user-namespace network did not start: {err or line or 'no output'}") from None
-            self.pids = [int(pid) for pid in data["hosts"]]
-            if data.get("no_netem"):
-                self._no_netem()
-        except BaseException:
-            self.destroy()
-            raise
-        return self
-
-    def counters(self) -> dict[int, dict[str, int]]:
-        if self.destroyed or self.holder is None:
-            return self.final_counters
-        raw = _run([*self._enter(self.holder.pid), "ip", "-s", "-j", "link", "show"]).stdout
-        return _port_counters(raw)
-
-    def destroy(self) -> list[str]:
-        """Close the holder's pipe and wait for it (bounded; then SIGKILL). Returns the
-        hosts still held by a process afterwards (a task that survived SIGKILL)."""
-        if self.destroyed:
-            return []
-        if self.holder is not None and self.pids:
-            try:
-                self.final_counters = self.counters()
-            except NetworkError:
-                pass
-        self.destroyed = True
-        if self.holder is not None:
-            _end_holder(self.holder)
-        for name in self.hosts:  # what its hosts' processes left in their temporary folders
-            if host_tmp(name).is_dir():
-                shutil.rmtree(host_tmp(name))
-        return _held(self.pids, self.hosts)
-
-
-class PrivateNetwork(Network):
-    """A network of one's own for a cluster on local hosts: one network namespace with only
-    loopback in it, where every task of the job runs and talks over ``localhost`` as before.
-    Its servers (TensorFlow's gRPC, Gloo, Open MPI) listen on every interface *of that
-    namespace*, which has no interface but its own loopback: nothing else on the machine or
-    the network can reach them (TensorFlow's SECURITY.md: a server "accepts connections from
-    anywhere" and runs the graphs it is sent).
-
-    Held by one process (``cat``, started under ``unshare --net``; without CAP_SYS_ADMIN under
-    ``unshare --user --map-current-user --keep-caps --net``, so that the tasks keep the
-    student's own uid inside, or ``--map-root-user`` where util-linux is older than 2.38)
-    that ends when its standard input closes: on :meth:`destroy`, or when this process
-    dies; tasks join it with ``nsenter``."""
-
-    kind = "private"
-
-    def __init__(self, userns: bool, as_root: bool = False):
-        super().__init__(EmulatedHosts(1, bandwidth=None), 1)
-        self.userns = userns
-        # the student's own uid inside (unshare --map-current-user --keep-caps: util-linux 2.38+),
-        # else uid 0 inside (Open MPI's run-as-root switches then apply)
-        self.inside_uid0 = userns and as_root
-        self.holder: subprocess.Popen | None = None
-        self.holder_started: float | None = None
-
-    @property
-    def record(self) -> dict:
-        return {
-            "kind": self.kind,
-            "hub": None,
-            "hosts": self.hosts,
-            "subnet": None,
-            "holder": self.holder.pid if self.holder else None,
-            "holder_started": self.holder_started,
-        }
-
-    def address(self, i: int) -> None:  # the tasks keep talking over localhost
-        return None
-
-    def command(self, i: int, cmd: Sequence[str]) -> list[str]:
-        enter = ["--user", "--net", "--preserve-credentials"] if self.userns else ["--net"]
-        return ["nsenter", "--target", str(self.holder.pid), *enter, *cmd]
-
-    def write_ssh(self, folder: str | os.PathLike) -> Path:
-        raise NotImplementedError("a private network has one host: nothing to reach through ssh")
-
-    def build(self) -> PrivateNetwork:
-        import psutil
-
-        mapping = ["--map-root-user"] if self.inside_uid0 else ["--map-current-user", "--keep-caps"]
-        unshare = ["unshare", *(["--user", *mapping] if self.userns else []), "--net"]
-        try:
-            self.holder = subprocess.Popen(
-                [*unshare, "sh", "-c", "ip link set lo up && echo ready && exec cat >/dev/null"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-            self.holder_started = psutil.Process(self.holder.pid).create_time()
-            line = _read_line(self.holder, _TIMEOUT)
-            if line != "ready":
-                self.holder.wait(timeout=_TIMEOUT)
-                err = self.holder.stderr.read().decode(errors="replace").strip()
-                raise NetworkError(f"no private network: `{' '.join(unshare)}` failed: {err or line or 'no output'}")
-        except BaseException:
-            self.destroy()
-            raise
-        return self
-
-    def counters(self) -> dict[int, dict[str, int]]:
-        return {}
-
-    def destroy(self) -> list[str]:
-        if self.destroyed:
-            return []
-        self.destroyed = True
-        if self.holder is not None:
-            _end_holder(self.holder)
-        for name in self.hosts:
-            if host_tmp(name).is_dir():
-                shutil.rmtree(host_tmp(name))
-        return []
-
-
-def _end_holder(holder: subprocess.Popen) -> None:
-    """Close a holder's pipe and wait for it (bounded; then SIGKILL)."""
-    if holder.stdin and not holder.stdin.closed:
-        holder.stdin.close()
-    try:
-        holder.wait(timeout=_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        holder.kill()
-        holder.wait()
-    for stream in (holder.stdout, holder.stderr):
-        if stream:
-            stream.close()
-
-
-def private_network() -> PrivateNetwork:
-    """An unbuilt :class:`PrivateNetwork`, the way this process may make one (:func:`how`);
-    :class:`NetworkError` with the reason where it may not."""
-    kind, reason = private_how()
-    if kind is None:
-        raise NetworkError(f"no private network here: {reason}")
-    return PrivateNetwork(userns=kind != "netns", as_root=kind == "userns-root")
-
-
-def _read_line(proc: subprocess.Popen, timeout: float) -> str:
-    """One line of ``proc``'s stdout within ``timeout`` s ('' when it exits first)."""
-    import selectors
-    import time
-
-    buf = b""
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while b"\n" not in buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                proc.kill()
-                proc.wait()
-                raise NetworkError(f"the user-namespace network was not built within {timeout:g} s")
-            if not sel.select(left):
-                continue
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            if not chunk:
-                break
-            buf += chunk
-    return buf.decode(errors="replace").strip()
-
-
 def _port_counters(raw: str) -> dict[int, dict[str, int]]:
     out = {}
     for entry in json.loads(raw or "[]"):
@@ -803,21 +533,6 @@ def _port_counters(raw: str) -> dict[int, dict[str, int]]:
     return out
 
 
-def _held(pids: Sequence[int], names: Sequence[str]) -> list[str]:
-    """Names of the user-namespace hosts whose holding process has not ended within
-    :data:`_TIMEOUT` s of its holder (it ends at EOF on its pipe)."""
-    import psutil
-
-    procs = {}
-    for pid, name in zip(pids, names, strict=True):
-        try:
-            procs[psutil.Process(pid)] = name
-        except psutil.NoSuchProcess:
-            continue
-    _, alive = psutil.wait_procs(list(procs), timeout=_TIMEOUT)
-    return [f"{procs[p]} (pid {p.pid})" for p in alive if p.status() != psutil.STATUS_ZOMBIE]
-
-
 def network(spec: EmulatedHosts, n_hosts: int) -> Network:
     """An unbuilt network of ``n_hosts`` hosts, the way this process may build one
     (:func:`how`); raises :class:`NetworkError` with the reason where it may not."""
@@ -825,6 +540,8 @@ def network(spec: EmulatedHosts, n_hosts: int) -> Network:
     if kind == "netns":
         return Network(spec, n_hosts)
     if kind == "userns":
+        from lab_utils.cluster.userns import UserNetwork
+
         return UserNetwork(spec, n_hosts)
     raise NetworkError(f"no emulated hosts here: {unavailable_reason()}")
 
@@ -861,7 +578,9 @@ def remove(record: dict) -> list[str]:
     """Delete the namespaces a state file records (hosts first, then the hub); missing
     ones are fine. Returns those still present afterwards."""
     if record.get("kind") in ("userns", "private"):
-        return _remove_userns(record)
+        from lab_utils.cluster.userns import remove_held
+
+        return remove_held(record)
     names = [*record.get("hosts", []), record.get("hub")]
     names = [n for n in names if n and _NAME.match(n)]
     if not names:
@@ -874,27 +593,3 @@ def remove(record: dict) -> list[str]:
             shutil.rmtree(host_tmp(name))
     left = set(namespaces())
     return [n for n in names if n in left]
-
-
-def _remove_userns(record: dict) -> list[str]:
-    """A dead kernel's user-namespace network: its holder ends by itself when the kernel's
-    pipe closes; stop it here if it is still there (pid and start time checked)."""
-    import psutil
-
-    for name in record.get("hosts", []):
-        if _NAME.match(name) and host_tmp(name).is_dir():
-            shutil.rmtree(host_tmp(name))
-    pid, started = record.get("holder"), record.get("holder_started")
-    if not pid:
-        return []
-    try:
-        proc = psutil.Process(int(pid))
-        if started is not None and abs(proc.create_time() - float(started)) > 0.01:
-            return []  # the pid was reused
-        proc.kill()
-        proc.wait(timeout=_TIMEOUT)
-    except psutil.NoSuchProcess:
-        return []
-    except psutil.TimeoutExpired:
-        return [f"{record.get('hub')} (holder pid {pid})"]
-    return []

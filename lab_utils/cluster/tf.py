@@ -126,7 +126,7 @@ class TFCluster(Job):
     ``server.join()`` forever) are then stopped: the normal end.
 
     ``hosts``: local by default, in a private network of the cluster's own
-    (:class:`~lab_utils.cluster.netem.PrivateNetwork`: a network namespace with only
+    (:class:`~lab_utils.cluster.userns.PrivateNetwork`: a network namespace with only
     loopback, with or without root), so that no one else can reach its servers. Where no
     namespace can be made and this machine has a network interface besides loopback, the
     cluster refuses to start, saying why, unless ``exposed_ok=True`` (or

@@ -1,4 +1,4 @@
-"""The holder of an emulated network built without root (:class:`~lab_utils.cluster.netem.UserNetwork`).
+"""The holder of an emulated network built without root (:class:`~lab_utils.cluster.userns.UserNetwork`).
 
     unshare --user --map-root-user --net python -m lab_utils.cluster.usernet SPEC_JSON
 

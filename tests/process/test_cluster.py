@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lab_utils.cluster import BIND_FAILED_EXIT, ClusterError, TFCluster, hosts, job, netem, reap
+from lab_utils.cluster import BIND_FAILED_EXIT, ClusterError, TFCluster, hosts, job, reap, userns
 
 pytestmark = pytest.mark.process
 
@@ -255,7 +255,7 @@ def test_bind_failure_restarts_with_fresh_ports(monkeypatch):
     """Where the tasks share this machine's ports (no private network: a machine without
     namespaces; remote and emulated hosts draw theirs at random), a port taken between
     the pick and the bind restarts the cluster on fresh ones."""
-    monkeypatch.setattr(netem, "private_how", lambda: (None, "no namespaces in this test"))
+    monkeypatch.setattr(userns, "private_how", lambda: (None, "no namespaces in this test"))
     monkeypatch.setattr(hosts, "network_interfaces", lambda: [])  # loopback only: no refusal
     taken = socket.socket()
     taken.bind(("", 0))

@@ -1,4 +1,4 @@
-"""Every local cluster in a network of its own (netem.PrivateNetwork): its tasks talk over
+"""Every local cluster in a network of its own (userns.PrivateNetwork): its tasks talk over
 the loopback of a network namespace that has nothing else, so their servers (TensorFlow's
 gRPC, which runs whatever graph it is sent; Gloo; Open MPI) cannot be reached from this
 machine's namespace, by another user or from the network. As root it is a plain network
@@ -19,11 +19,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lab_utils.cluster import ClusterError, MPIJob, TFCluster, hosts, netem, reap
+from lab_utils.cluster import ClusterError, MPIJob, TFCluster, hosts, reap, userns
 
 pytestmark = [
     pytest.mark.process,
-    pytest.mark.skipif(netem.private_how()[0] is None, reason=f"no private network here: {netem.private_how()[1]}"),
+    pytest.mark.skipif(userns.private_how()[0] is None, reason=f"no private network here: {userns.private_how()[1]}"),
 ]
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -115,7 +115,7 @@ def test_a_killed_kernel_leaves_no_process_and_no_network(run_root):
 
 
 def test_where_no_namespace_can_be_made_a_tf_cluster_refuses_unless_told(monkeypatch, capsys):
-    monkeypatch.setattr(netem, "private_how", lambda: (None, "user namespaces are off here (sysctl ...)"))
+    monkeypatch.setattr(userns, "private_how", lambda: (None, "user namespaces are off here (sysctl ...)"))
     monkeypatch.setattr(hosts, "network_interfaces", lambda: ["eth0"])
     monkeypatch.delenv("LABS_ALLOW_EXPOSED", raising=False)
     c = TFCluster(ps=1, workers=1, script=FAKE, memory_per_task=SMALL, progress=False)
@@ -133,7 +133,7 @@ def test_where_no_namespace_can_be_made_a_tf_cluster_refuses_unless_told(monkeyp
 
 
 def test_where_no_namespace_can_be_made_mpi_uses_loopback(monkeypatch):
-    monkeypatch.setattr(netem, "private_how", lambda: (None, "no way"))
+    monkeypatch.setattr(userns, "private_how", lambda: (None, "no way"))
     job = MPIJob(np=2, script=str(FIX / "cluster_mpi_task.py"), launcher="mpirun", progress=False)
     with job:
         cmd = job.command()[0]

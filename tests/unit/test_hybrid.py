@@ -146,9 +146,10 @@ class _FakeNetwork:
 
 
 class _FakeJob:
-    """What hybrid.run reads from an MPIJob: wait() -> results, .network."""
+    """What hybrid.run reads from an MPIJob: wait() -> results, .network, .emulated."""
 
     made: list[_FakeJob] = []
+    emulated = True
 
     def __init__(self, np, script, args, **kwargs):
         self.np, self.args, self.kwargs = np, args, kwargs

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lab_utils.cluster import TFCluster, netem
+from lab_utils.cluster import TFCluster, netem, userns
 
 
 @pytest.mark.parametrize(
@@ -255,7 +255,7 @@ def test_a_refused_user_namespace_names_its_cause_and_setting(tmp_path, files, s
 def test_the_network_kind_follows_what_this_process_may_do(monkeypatch):
     monkeypatch.setattr(netem, "how", lambda: "userns")
     net = netem.network(netem.emulated(), 2)
-    assert isinstance(net, netem.UserNetwork) and net.kind == "userns"
+    assert isinstance(net, userns.UserNetwork) and net.kind == "userns"
     net.pids = [101, 102]
     assert net.command(1, ["python", "x.py"]) == [
         *["nsenter", "--target", "102", "--user", "--net", "--preserve-credentials"],
