@@ -82,3 +82,35 @@ def test_emulated_hosts_tests_pass_as_that_user_none_skipped(user):
             except psutil.NoSuchProcess:
                 pass
     assert left == [], f"left running as {user.user}: {left}"
+
+
+def test_another_user_cannot_reach_a_student_s_cluster(user):
+    """The student's PS and workers (a cluster left running by its kernel) are in their
+    private network: this process, another user (root, who sees every socket of the
+    machine's namespace), finds none of their ports listening and cannot connect to them."""
+    import json
+    import socket
+    import subprocess
+
+    kernel = subprocess.Popen(
+        [*user.prefix, user.python, str(REPO / "tests" / "fixtures" / "cluster_kernel.py"), "--args",
+         json.dumps({"steps": 10**6, "step-time": 0.05})],
+        stdout=subprocess.PIPE, text=True, env=user.env(LABS_RUN_ROOT=str(user.home / "runs")), cwd=user.home,
+    )  # fmt: skip
+    try:
+        info = json.loads(kernel.stdout.readline())
+        assert info["network"]["kind"] == "private", info
+        ports = set(info["ports"].values())
+        listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout
+        shown = {int(line.split()[3].rsplit(":", 1)[1]) for line in listening.splitlines() if line.strip()}
+        refused = []
+        for port in sorted(ports):
+            with socket.socket() as s:
+                s.settimeout(5)
+                refused.append(s.connect_ex(("127.0.0.1", port)) != 0)
+    finally:
+        kernel.kill()  # the guards stop its tasks; the network ends with the kernel's pipe
+        kernel.wait()
+    assert len(ports) == 3 and not ports & shown, (ports, sorted(shown))
+    assert all(refused), refused
+    assert _left(user) == []
