@@ -114,7 +114,6 @@ class UserNetwork(Network):
     def build(self) -> UserNetwork:
         """Start the holder and wait (bounded) for its one line; on any failure, stop it and
         raise :class:`NetworkError` with its error."""
-        import psutil
 
         netem_args, tbf_args = shaping(self.spec)
         # its own stack: no address here can meet the machine's or another network's
@@ -123,22 +122,11 @@ class UserNetwork(Network):
         spec = {"addresses": addresses, "netem": netem_args, "tbf": tbf_args}
         cmd = ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-m", "lab_utils.cluster.usernet"]
         try:
-            self.holder = subprocess.Popen(
-                [*cmd, json.dumps(spec)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # a notebook's Interrupt is not for it
-            )
-            self.holder_started = psutil.Process(self.holder.pid).create_time()
-            line = _read_line(self.holder, _TIMEOUT)
+            line = _start_holder(self, [*cmd, json.dumps(spec)])
             try:
                 data = json.loads(line)
             except json.JSONDecodeError:
-                self.holder.kill()
-                self.holder.wait()
-                err = self.holder.stderr.read().decode(errors="replace").strip()
-                raise NetworkError(f"the user-namespace network did not start: {err or line or 'no output'}") from None
+                raise _holder_failed(self.holder, line, "the user-namespace network did not start") from None
             self.pids = [int(pid) for pid in data["hosts"]]
             if data.get("no_netem"):
                 self._no_netem()
@@ -219,24 +207,13 @@ class PrivateNetwork(Network):
         raise NotImplementedError("a private network has one host: nothing to reach through ssh")
 
     def build(self) -> PrivateNetwork:
-        import psutil
 
         mapping = ["--map-root-user"] if self.inside_uid0 else ["--map-current-user", "--keep-caps"]
         unshare = ["unshare", *(["--user", *mapping] if self.userns else []), "--net"]
         try:
-            self.holder = subprocess.Popen(
-                [*unshare, "sh", "-c", "ip link set lo up && echo ready && exec cat >/dev/null"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-            self.holder_started = psutil.Process(self.holder.pid).create_time()
-            line = _read_line(self.holder, _TIMEOUT)
+            line = _start_holder(self, [*unshare, "sh", "-c", "ip link set lo up && echo ready && exec cat >/dev/null"])
             if line != "ready":
-                self.holder.wait(timeout=_TIMEOUT)
-                err = self.holder.stderr.read().decode(errors="replace").strip()
-                raise NetworkError(f"no private network: `{' '.join(unshare)}` failed: {err or line or 'no output'}")
+                raise _holder_failed(self.holder, line, f"no private network: `{' '.join(unshare)}` failed")
         except BaseException:
             self.destroy()
             raise
@@ -255,6 +232,30 @@ class PrivateNetwork(Network):
             if host_tmp(name).is_dir():
                 shutil.rmtree(host_tmp(name))
         return []
+
+
+def _start_holder(net: Network, cmd: list[str]) -> str:
+    """Start ``cmd`` as ``net``'s holder (its standard input the pipe that keeps it alive)
+    and return its first line, read within :data:`_TIMEOUT` s."""
+    import psutil
+
+    net.holder = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # a notebook's Interrupt is not for it
+    )
+    net.holder_started = psutil.Process(net.holder.pid).create_time()
+    return _read_line(net.holder, _TIMEOUT)
+
+
+def _holder_failed(holder: subprocess.Popen, line: str, what: str) -> NetworkError:
+    """The error of a holder that did not say it was ready (stopped first: its stderr is whole)."""
+    holder.kill()
+    holder.wait()
+    err = holder.stderr.read().decode(errors="replace").strip()
+    return NetworkError(f"{what}: {err or line or 'no output'}")
 
 
 def _end_holder(holder: subprocess.Popen) -> None:
