@@ -263,8 +263,12 @@ def test_metrics_count_each_emulated_task_s_own_bytes(nothing_left):
     bytes are its host's, and the PS hears from both workers."""
     from lab_utils.metrics import Monitor
 
-    with TFCluster(ps=1, workers=2, script=TF, args={"steps": 60}, hosts=netem.emulated(), progress=False) as c:
-        with Monitor(cluster=c, interval=0.25) as mon:
+    # Enough steps that each worker's traffic spans several samples (1000 steps: about 0.7 s
+    # here). A worker's bytes after its last sample are not seen (its namespace's counters
+    # go with it); 60 steps took 50-80 ms, and CI once saw a worker's whole burst fall
+    # between two 0.25 s samples: 0 bytes.
+    with TFCluster(ps=1, workers=2, script=TF, args={"steps": 1000}, hosts=netem.emulated(), progress=False) as c:
+        with Monitor(cluster=c, interval=0.1) as mon:
             c.wait()
         links = c.network.counters()
     s = mon.summary()
