@@ -100,6 +100,27 @@ def test_load_params_is_the_one_reader(tmp_path):
         grading.load_params(params)
 
 
+def test_papermill_reads_every_parameter_that_params_yml_passes(caplog):
+    """papermill finds each lab's parameters by parsing its ``parameters`` cell line by line;
+    a line it cannot parse (an ``=`` inside a comment did) prints 'Unable to parse line' and
+    'Passed unknown parameter' into every `make run`. Every line parses, and every name that
+    params.yml passes is one of the cell's parameters."""
+    import logging
+
+    import nbformat
+    from papermill.translators import PythonTranslator
+
+    for lab, settings in grading.load_params().items():
+        nb = nbformat.read(grading.LABS_DIR / lab / f"{lab}.ipynb", as_version=4)
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="papermill"):
+            names = {p.name for p in PythonTranslator.inspect(cell)}
+        assert [r.getMessage() for r in caplog.records] == [], lab
+        for mode in ("ci", "full"):
+            assert set((settings or {}).get(mode) or {}) <= names, (lab, mode, sorted(names))
+
+
 def test_resolve_labs():
     known = ["01_single_node", "02_ps_async"]
     assert grading.resolve_labs([], known) == known
