@@ -64,6 +64,22 @@ def test_job_succeeds(launcher, controller, script, capfd):
     assert "rank 1/2" in job.logs(1) and "rank 1/2" not in job.logs(0)
 
 
+@pytest.mark.horovod
+def test_hvdrun_is_horovodrun_answered_from_the_build_it_is_given(tmp_path):
+    """hvdrun (MPIJob's horovodrun) launches like horovodrun, and its build check reads
+    LABS_HOROVOD_BUILT instead of importing TensorFlow: told "mpi" only, --gloo is refused
+    by Horovod's own check although this Horovod has Gloo."""
+    from lab_utils.cluster import hvdrun
+
+    cmd = [sys.executable, "-m", "lab_utils.cluster.hvdrun", "-np", "2", "--gloo", "-H", "localhost:2"]
+    cmd += ["--network-interface", "lo", sys.executable, "-c", "import os; print('rank', os.environ['HOROVOD_RANK'])"]
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    ok = subprocess.run(cmd, env={**env, hvdrun.BUILT: "gloo,mpi"}, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and {"rank 0", "rank 1"} <= set(re.findall(r"rank \d", ok.stdout)), ok
+    refused = subprocess.run(cmd, env={**env, hvdrun.BUILT: "mpi"}, capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "Gloo support has not been built" in refused.stderr, refused
+
+
 def _non_root_runner(home: str, env: dict) -> tuple[list[str], dict, str]:
     """How to run a command as a non-root user: ``nobody`` when it can reach this
     interpreter; else an unprivileged user namespace (uid 65534 as Open MPI and

@@ -118,10 +118,20 @@ def test_missing_launcher(monkeypatch, tmp_path):
         MPIJob(np=2, script=SCRIPT, launcher="horovodrun")
 
 
-@pytest.mark.parametrize("launcher,what,fits", [("mpirun", "np=8", 3), ("horovodrun", "np=8 and horovodrun", 2)])
-def test_np_over_the_memory_guard_refused_before_launch(monkeypatch, launcher, what, fits):
-    """horovodrun imports TensorFlow itself: it counts as one more task."""
+@pytest.mark.parametrize(
+    "launcher,elsewhere,what,fits",
+    [
+        ("mpirun", False, "np=8", 3),
+        ("horovodrun", False, "np=8", 3),  # through hvdrun: no TensorFlow in the launcher
+        ("horovodrun", True, "np=8 and horovodrun", 2),
+    ],
+)
+def test_np_over_the_memory_guard_refused_before_launch(monkeypatch, launcher, elsewhere, what, fits):
+    """A horovodrun of another interpreter imports TensorFlow itself to probe its build: it
+    counts as one more task. This interpreter's runs as hvdrun, which does not."""
     built_with(monkeypatch)
+    if elsewhere:
+        monkeypatch.setattr(MPIJob, "_launcher_path", staticmethod(lambda name: f"/opt/other/bin/{name}"))
     monkeypatch.setattr(resources, "available_memory_bytes", lambda: int(1.6 * GB))
     job = MPIJob(np=8, script=SCRIPT, launcher=launcher, progress=False)
     with pytest.raises(ResourceError) as info:
@@ -194,3 +204,37 @@ def test_real_probe_takes_the_fast_path_and_keeps_tensorflow_out(monkeypatch):
     assert info["build"]["via"] == "ctypes", info  # the fast path, not the 15 s fallback
     assert info["modules"] == [], info
     assert out.stderr == "", out.stderr  # a kernel's stderr shows in the cell
+
+
+def test_horovodrun_runs_as_hvdrun_told_the_build_it_was_checked_against(monkeypatch):
+    """horovodrun's own build probe (a child importing TensorFlow, every job) is answered from
+    the build MPIJob checked: the launcher is hvdrun, and the answer is passed only once checked."""
+    from lab_utils.cluster import hvdrun
+
+    built_with(monkeypatch, mpi=False)
+    job = MPIJob(np=2, script=SCRIPT, launcher="horovodrun", controller="gloo", progress=False)
+    cmd, extra = job.command()
+    assert cmd[:3] == [sys.executable, "-m", "lab_utils.cluster.hvdrun"] and hvdrun.BUILT not in extra
+    job._check_build()
+    _, extra = job.command()
+    assert extra[hvdrun.BUILT] == "gloo"
+    monkeypatch.setattr(MPIJob, "_launcher_path", staticmethod(lambda name: f"/opt/other/bin/{name}"))
+    other = MPIJob(np=2, script=SCRIPT, launcher="horovodrun", controller="gloo", progress=False)
+    other._check_build()
+    cmd, extra = other.command()
+    assert cmd[0] == "/opt/other/bin/horovodrun" and hvdrun.BUILT not in extra
+
+
+def test_hvdrun_answers_the_launcher_s_build_checks():
+    from horovod.common import util
+    from horovod.runner import launch
+
+    from lab_utils.cluster import hvdrun
+
+    try:
+        hvdrun.answer_build_checks("mpi")
+        assert launch.mpi_built(verbose=True) is True and launch.gloo_built() is False
+        with pytest.raises(ValueError, match="Gloo support has not been built"):
+            launch.run_controller(True, lambda: None, False, None, False, None, None)
+    finally:
+        launch.gloo_built, launch.mpi_built = util.gloo_built, util.mpi_built
