@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -336,9 +337,14 @@ def remove_held(record: dict) -> list[str]:
         if started is not None and abs(proc.create_time() - float(started)) > 0.01:
             return []  # the pid was reused
         proc.kill()
-        proc.wait(timeout=_TIMEOUT)
-    except psutil.NoSuchProcess:
+        # Gone, or a zombie: its namespaces went with its exit. A holder whose kernel is alive
+        # (reap(include_live=True)) stays a zombie until that kernel reaps it: psutil's wait()
+        # would take the whole timeout, then call it a survivor.
+        deadline = time.monotonic() + _TIMEOUT
+        while proc.status() != psutil.STATUS_ZOMBIE:
+            if time.monotonic() > deadline:
+                return [f"{record.get('hub') or 'private network'} (holder pid {pid})"]
+            time.sleep(0.02)  # polling a process that is not our child, under a deadline
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return []
-    except psutil.TimeoutExpired:
-        return [f"{record.get('hub')} (holder pid {pid})"]
     return []

@@ -160,12 +160,16 @@ def test_reap_stops_what_a_killed_parent_left(run_root):
         kill_all(procs)
 
 
-def test_reap_include_live(run_root):
+def test_reap_include_live(run_root, capfd):
     kernel, info = start_kernel()
     procs = tree(kernel.pid)[1:]
     try:
         assert reap(include_live=True) == [info["run_dir"]]
         assert wait_gone(procs, 5.0) == []
+        # the private network's holder is the live kernel's child: a zombie once killed, not
+        # a survivor (it was reported 'still running after SIGKILL', after a 20 s wait)
+        assert "still running" not in capfd.readouterr().out
+        assert json.loads((Path(info["run_dir"]) / "state.json").read_text())["status"] == "stopped"
     finally:
         kill_all(procs)
         kernel.kill()
