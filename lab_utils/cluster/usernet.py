@@ -11,8 +11,8 @@ and a new network namespace: the *hub*. It builds what the root path builds with
 It prints one JSON line, ``{"hosts": [pid, ...], "no_netem": bool}`` (a process inside
 each host's namespace, for ``nsenter``), then waits for its standard input to close. The
 job holds the other end: when the job stops, or its kernel dies even by SIGKILL, the pipe
-closes, this process ends, each ``cat`` reads EOF and ends, and the namespaces vanish
-with their last process. Nothing is created outside the namespaces, nothing to clean.
+closes, this process closes each ``cat``'s input, reaps it and ends, and the namespaces
+vanish with their last process. Nothing is created outside the namespaces, nothing to clean.
 
 SPEC_JSON: ``{"addresses": ["10.x.y.1/24", ...], "netem": [tc args] | null,
 "tbf": [tc args] | null}``: ``netem`` is tried first where given (latency, loss), ``tbf``
@@ -84,6 +84,17 @@ def main(argv: list[str] | None = None) -> int:
         netem_ok &= _shape([], f"v{i}", spec)  # what it receives
     print(json.dumps({"hosts": [p.pid for p in hosts], "no_netem": not netem_ok}), flush=True)
     sys.stdin.buffer.read()  # until the job closes the pipe (or dies)
+    # End the hosts' processes and reap them here: left to end at this process's exit, they
+    # would be reparented to the machine's init, whose reaping may lag (1.6 s here) or never
+    # come (a notebook server as a container's pid 1), and the job waits for them to be gone.
+    for proc in hosts:
+        proc.stdin.close()
+    for proc in hosts:
+        try:
+            proc.wait(timeout=_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     return 0
 
 

@@ -317,8 +317,29 @@ def _held(pids: Sequence[int], names: Sequence[str]) -> list[str]:
             procs[psutil.Process(pid)] = name
         except psutil.NoSuchProcess:
             continue
-    _, alive = psutil.wait_procs(list(procs), timeout=_TIMEOUT)
-    return [f"{procs[p]} (pid {p.pid})" for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    alive = _wait_ended(list(procs), _TIMEOUT)
+    return [f"{procs[p]} (pid {p.pid})" for p in alive]
+
+
+def _wait_ended(procs: list, timeout: float) -> list:
+    """The processes of ``procs`` (psutil, not our children) still running after ``timeout``
+    s. A zombie has ended: its namespaces went with its exit, and its reaping is its
+    parent's (for an orphan, the machine's init, which may lag or never come)."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for proc in procs:
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue
+        if not alive or time.monotonic() > deadline:
+            return alive
+        procs = alive
+        time.sleep(0.02)  # polling processes that are not our children, under a deadline
 
 
 def remove_held(record: dict) -> list[str]:
@@ -337,14 +358,10 @@ def remove_held(record: dict) -> list[str]:
         if started is not None and abs(proc.create_time() - float(started)) > 0.01:
             return []  # the pid was reused
         proc.kill()
-        # Gone, or a zombie: its namespaces went with its exit. A holder whose kernel is alive
-        # (reap(include_live=True)) stays a zombie until that kernel reaps it: psutil's wait()
-        # would take the whole timeout, then call it a survivor.
-        deadline = time.monotonic() + _TIMEOUT
-        while proc.status() != psutil.STATUS_ZOMBIE:
-            if time.monotonic() > deadline:
-                return [f"{record.get('hub') or 'private network'} (holder pid {pid})"]
-            time.sleep(0.02)  # polling a process that is not our child, under a deadline
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return []
+    # A holder whose kernel is alive (reap(include_live=True)) stays a zombie until that
+    # kernel reaps it: psutil's wait() took the whole timeout, then called it a survivor.
+    if _wait_ended([proc], _TIMEOUT):
+        return [f"{record.get('hub') or 'private network'} (holder pid {pid})"]
     return []
