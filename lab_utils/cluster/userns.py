@@ -34,6 +34,7 @@ from lab_utils.cluster.netem import (
     shaping,
     userns_refusal,
 )
+from lab_utils.cluster.process import Recorded
 
 
 @lru_cache(maxsize=1)
@@ -323,23 +324,15 @@ def _held(pids: Sequence[int], names: Sequence[str]) -> list[str]:
 
 def _wait_ended(procs: list, timeout: float) -> list:
     """The processes of ``procs`` (psutil, not our children) still running after ``timeout``
-    s. A zombie has ended: its namespaces went with its exit, and its reaping is its
-    parent's (for an orphan, the machine's init, which may lag or never come)."""
-    import psutil
-
+    s, by :meth:`~lab_utils.cluster.process.Recorded.wait_exit`: a zombie has ended (its
+    namespaces went with its exit; an orphan's reaping is the machine's init's, which may
+    lag or never come), and a reused pid is not the process."""
     deadline = time.monotonic() + timeout
-    while True:
-        alive = []
-        for proc in procs:
-            try:
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
-            except (psutil.NoSuchProcess, psutil.ZombieProcess):
-                continue
-        if not alive or time.monotonic() > deadline:
-            return alive
-        procs = alive
-        time.sleep(0.02)  # polling processes that are not our children, under a deadline
+    return [
+        p
+        for p in procs
+        if not Recorded(str(p.pid), p.pid, p.pid, p.create_time()).wait_exit(max(0.0, deadline - time.monotonic()))
+    ]
 
 
 def remove_held(record: dict) -> list[str]:
