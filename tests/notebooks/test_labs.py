@@ -22,6 +22,7 @@ from lab_utils.grading.sandbox import MARKER
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import crafted  # noqa: E402
+import unprivileged  # noqa: E402
 
 # Every test here may be the one that pays for its lab's module fixtures: the papermill run
 # (up to about 2 minutes on 2 cores, Lab 6) and the course's grading (up to about 3 minutes,
@@ -46,6 +47,10 @@ LABS = {
     # the uncompressed MLP after 30 steps on emulated 100 Mbit/s links (Lab 6's CI run; issue: under 5 minutes)
     "06_communication": {"min_accuracy": 0.70, "min_graded": 4, "prints": []},
 }
+#: Labs whose CI run is a student's: where this suite runs as root (CI), as a real
+#: unprivileged user (issue 26), their emulated hosts and private networks in a user namespace
+#: of the job's own. The other labs' networks run as that user in tests/process/test_unprivileged.py.
+AS_STUDENT = {"04_allreduce", "06_communication"}
 
 
 def _paths(lab: str) -> tuple[Path, Path]:
@@ -110,20 +115,36 @@ def lab(request):
 
 
 @pytest.fixture(scope="module")
-def ci_run(lab, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"run-{lab}")
+def student():
+    """A real unprivileged user to run AS_STUDENT's labs (tests/fixtures/unprivileged.py),
+    or why there is none: one line (this process is already unprivileged, or the machine
+    has no such user)."""
+    made = unprivileged.make()
+    yield made
+    if not isinstance(made, str):
+        made.cleanup()
+
+
+@pytest.fixture(scope="module")
+def ci_run(lab, student, tmp_path_factory):
+    """(the run's process, its --out folder, who ran it: a user name, or None for this
+    process's own user). AS_STUDENT's labs run as ``student`` where this process is root."""
     temp_before = _lab_temp_files()
-    proc = subprocess.run(
-        [sys.executable, "-m", "lab_utils.run_labs", "--labs", lab[:2], "--out", str(out), "--no-progress"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    args = ["-m", "lab_utils.run_labs", "--labs", lab[:2], "--no-progress"]
+    if lab in AS_STUDENT and not isinstance(student, str):
+        out = student.home / f"run-{lab}"  # the user's own HOME: root's pytest folders are closed to it
+        proc = student.run([student.python, *args, "--out", str(out)], timeout=900, cwd=REPO)
+        who = student.user
+    else:
+        out = tmp_path_factory.mktemp(f"run-{lab}")
+        proc = subprocess.run(
+            [sys.executable, *args, "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900
+        )
+        who = None
     _assert_nothing_left(out)
     left = sorted(_lab_temp_files() - temp_before)
     assert not left, f"the lab left these in the temporary directory: {left}"
-    return proc, out
+    return proc, out, who
 
 
 def _lab_temp_files() -> set[Path]:
@@ -131,8 +152,8 @@ def _lab_temp_files() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("lab[0-9][0-9]-*"))
 
 
-def test_ci_run_meets_accuracy(lab, ci_run):
-    proc, out = ci_run
+def test_ci_run_meets_accuracy(lab, ci_run, student):
+    proc, out, who = ci_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads((out / "summary.json").read_text())
     row = rows[0]
@@ -140,10 +161,36 @@ def test_ci_run_meets_accuracy(lab, ci_run):
     assert row["accuracy"] >= LABS[lab]["min_accuracy"], row
     assert row["examples_per_sec"] > 0, row
     assert f"| {lab} | ci | ok |" in (out / "summary.md").read_text()
+    if lab in AS_STUDENT:
+        _assert_a_student_s_run_on_links(lab, out, who, student)
+
+
+def _assert_a_student_s_run_on_links(lab, out, who, student) -> None:
+    """The run was an unprivileged user's (the suite's own user where it is not root), and its
+    emulated links were real: no "Your runs above are on loopback" line with the shipped
+    reference run, unless that user's machine refuses user namespaces (then the one line
+    that says why must be there)."""
+    if who is None:
+        assert isinstance(student, str) and student.startswith("not root"), f"{lab} ran as root: {student}"
+        probe = [sys.executable, "-c", "from lab_utils.cluster import netem; print(netem.unavailable_reason())"]
+        reason = subprocess.run(probe, capture_output=True, text=True, timeout=120, cwd=REPO).stdout.strip()
+    else:
+        code = "from lab_utils.cluster import netem; print(netem.how()); print(netem.unavailable_reason())"
+        probe = student.run([student.python, "-c", code], timeout=120, cwd=REPO)
+        assert probe.returncode == 0, probe.stderr
+        how, reason = probe.stdout.splitlines()
+        assert how == "userns" or reason != "None", probe.stdout  # as that user: a user namespace, or why not
+    printed = _printed(nbformat.read(out / f"{lab}.ipynb", as_version=4))
+    if reason == "None":
+        # (a row on loopback alone is no fallback: Lab 6 Part D measures loopback beside the links)
+        for fallback in ("hosts are not emulated", "Your runs above are on loopback"):
+            assert fallback not in printed, f"{lab} as {who}: links asked for, loopback run: {fallback!r}"
+    else:
+        assert reason in printed, f"{lab} as {who}: loopback without the line that says why ({reason})"
 
 
 def test_ci_run_is_quiet_and_uses_this_python(lab, ci_run):
-    _, out = ci_run
+    _, out, _ = ci_run
     nb = nbformat.read(out / f"{lab}.ipynb", as_version=4)
     assert _stderr_or_errors(nb) == []  # no TF/absl log lines, no warnings anywhere
     # papermill's "python3" kernel is this interpreter (TensorFlow imported, version printed)
@@ -166,7 +213,7 @@ def _figures_missing(nb, source) -> tuple[list[str], list[str]]:
 
 
 def test_every_promised_figure_is_shown(lab, ci_run):
-    _, out = ci_run
+    _, out, _ = ci_run
     tagged, missing = _figures_missing(nbformat.read(out / f"{lab}.ipynb", as_version=4), _source(lab))
     assert len(tagged) >= 2, "tag the cells whose figure the lab's text announces with 'figure'"
     assert missing == [], f"cells tagged 'figure' without an image under papermill: {missing}"
