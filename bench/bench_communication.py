@@ -6,7 +6,12 @@ Part A: :func:`lab_utils.training.compression_runs.run` for each method (none, f
 topk; the instructor's compressors) on 2 ranks, one emulated host each: step time, the
 bytes a rank sends per step by the codec's count (``wire``) and what its host's link carried
 (``link``, the bridge port's counter: TCP/IP and Horovod's own messages on top), and their
-ratio. Part C: :func:`lab_utils.training.hybrid.experiment` (ps, allreduce, hybrid) on 2
+ratio. ``link`` is a whole job's bytes over its steps, so it also carries the job's start
+and end (MPI's wire-up, Horovod's setup, the results: tens of kB, a few % of a 65 kB top-k
+step over 20 steps). Each method therefore runs twice, ``--steps`` and 4x as many, and
+``step_bytes`` = the difference of the two jobs' bytes over the difference of their steps
+is what one more training step puts on the link; ``step_over_wire`` compares it with the
+codec's count, and ``job_fixed_bytes`` is what is left of the short job. Part C: :func:`lab_utils.training.hybrid.experiment` (ps, allreduce, hybrid) on 2
 workers. ``order_ok`` says whether the lesson's orderings held in this run: none slower than
 fp16, fp16 slower than 1-bit and top-k; hybrid faster than PS-only and all-reduce-only.
 
@@ -47,20 +52,33 @@ def main(argv=None) -> int:
     }
     student = reference_script("06_communication", "compressors.py")
     t0 = time.monotonic()
+    long_steps = 4 * a.steps
     for method in METHODS:
         print(f"bench_communication: compression {method} ...", file=sys.stderr, flush=True)
         r = compression_runs.run(method, 2, hosts=hosts, steps=a.steps, student=student, progress=False)
+        r_long = compression_runs.run(method, 2, hosts=hosts, steps=long_steps, student=student, progress=False)
         link = r.link_bytes_per_step
-        out["compression"][method] = {
+        row = {
             "emulated": r.emulated,
             "step_ms": round(r.step_time * 1e3, 2),
+            "step_ms_long": round(r_long.step_time * 1e3, 2),
             "wire_bytes_per_step": r.wire_bytes_per_step,
             "link_bytes_per_step": round(link) if link is not None else None,
             "link_over_wire": round(link / r.wire_bytes_per_step, 4) if link else None,
             "accuracy": round(r.accuracy, 4),
         }
+        if link is not None and r_long.link_bytes_per_step is not None:
+            # both jobs count their warm-up step too: steps + 1 steps' worth of bytes each
+            short_total, long_total = link * (a.steps + 1), r_long.link_bytes_per_step * (long_steps + 1)
+            step_bytes = (long_total - short_total) / (long_steps - a.steps)
+            row["step_bytes"] = round(step_bytes)
+            row["step_over_wire"] = round(step_bytes / r.wire_bytes_per_step, 4)
+            row["job_fixed_bytes"] = round(short_total - (a.steps + 1) * step_bytes)
+        out["compression"][method] = row
     c = {m: out["compression"][m]["step_ms"] for m in METHODS}
     out["compression_order_ok"] = c["none"] > c["fp16"] > max(c["onebit"], c["topk"])
+    ratios = [out["compression"][m].get("step_over_wire") for m in METHODS]
+    out["step_bytes_within_3pct"] = None if None in ratios else all(abs(x - 1) <= 0.03 for x in ratios)
     out["compression_wall_s"] = round(time.monotonic() - t0, 1)
     print(f"bench_communication: compression {c}", file=sys.stderr, flush=True)
     t0 = time.monotonic()

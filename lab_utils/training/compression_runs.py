@@ -209,7 +209,9 @@ def run(
 def summary(runs: Sequence[CompressionRun]) -> pd.DataFrame:
     """One row per run: method, network, ranks, ms per step, bytes a rank sends per step
     (computed) and, on emulated hosts, what its link carried (measured: the payload plus
-    TCP/IP headers and Horovod's own messages), and the final test accuracy."""
+    TCP/IP headers and Horovod's own messages, and the job's start and end spread over its
+    steps: tens of kB, a few % of a small payload over a few dozen steps), and the final
+    test accuracy."""
     if not runs:
         raise ValueError("summary needs at least one run")
     rows = [
