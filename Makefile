@@ -8,7 +8,7 @@ COURSE ?= grading
 export VENV
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab lint test test-fast test-slow run release check-release autograde grades feedback doctor bench lock clean
+.PHONY: help setup lab lint test test-fast test-slow run release check-release student-repo autograde grades feedback doctor bench lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -43,6 +43,10 @@ release: setup  ## regenerate the student notebooks in labs/ from grading/source
 
 check-release: setup  ## fail if labs/ is out of date with grading/source/
 	$(PY) -m lab_utils.grading --root $(COURSE) check-release
+
+student-repo: setup  ## write (or update) DEST=path: the public student repository (labs, lab_utils, binder; no solution), committed
+	@[ -n "$(DEST)" ] || { echo "make student-repo: give DEST=path (a new folder, or one it wrote before)" >&2; exit 2; }
+	$(PY) -m lab_utils.grading --root $(COURSE) student-repo "$(DEST)"
 
 autograde: setup  ## grade SUBMISSIONS=folder (<student>/<lab>/<lab>.ipynb), each in a sandbox, in parallel, resumable (JOBS=, REGRADE=1)
 	@test -n "$(SUBMISSIONS)" || { echo "autograde: give the folder of submissions: make autograde SUBMISSIONS=path (<student>/<lab>/<lab>.ipynb)" >&2; exit 2; }

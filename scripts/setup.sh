@@ -17,6 +17,9 @@ VENV=${VENV:-$ROOT/.venv}
 GPU=${GPU:-0}
 STAMP=$VENV/.labs-setup-stamp
 CONSTRAINTS=$ROOT/requirements/constraints.txt
+# The test tools, where this checkout has the tests (the public student repository has neither)
+DEV=(); [ -f "$ROOT/requirements/dev.in" ] && DEV=("$ROOT/requirements/dev.in")
+TESTS=0; [ -d "$ROOT/tests" ] && TESTS=1
 TF_VERSION=2.15.1
 HOROVOD_VERSION=0.28.1
 
@@ -26,7 +29,7 @@ say() { printf '==> %s\n' "$*"; }
 case "$GPU" in 0|1) ;; *) die "GPU must be 0 or 1, got GPU=$GPU" ;; esac
 
 fingerprint() {
-  { cat "$CONSTRAINTS" "$ROOT/requirements/base.in" "$ROOT/requirements/dev.in" "$ROOT/pyproject.toml" "$0" \
+  { cat "$CONSTRAINTS" "$ROOT/requirements/base.in" "${DEV[@]}" "$ROOT/pyproject.toml" "$0" \
       "$ROOT/scripts/build-horovod.sh" "$ROOT/scripts/jupyterlab-overrides.json"; echo "GPU=$GPU"; } | sha256sum | cut -d' ' -f1
 }
 WANT=$(fingerprint)
@@ -63,7 +66,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # ---- A browser for the real-browser test (tests/browser; optional) -----------------------
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+if [ "$TESTS" = 1 ] && ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   say "installing chromium (Debian's) for the browser test"
   { apt-get install -y -qq chromium >/dev/null 2>&1 \
       || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }; } \
@@ -73,7 +76,7 @@ fi
 # ---- sshd for the ssh-hosts test (tests/process/test_ssh_hosts.py; optional) ---------------
 # The test runs private sshd's inside emulated hosts. policy-rc.d keeps the package from
 # starting a machine-wide sshd on port 22 while it installs.
-if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+if [ "$TESTS" = 1 ] && ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   say "installing openssh-server (Debian's, not started) for the ssh-hosts test"
   policy=/usr/sbin/policy-rc.d; own_policy=0
   if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && own_policy=1; fi
@@ -97,7 +100,8 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 
 if [ "$GPU" = 1 ]; then TF_REQ="tensorflow[and-cuda]==$TF_VERSION"; else TF_REQ="tensorflow-cpu==$TF_VERSION"; fi
 say "installing $TF_REQ and the pinned stack (requirements/constraints.txt)"
-"${PIP[@]}" install -q -c "$CONSTRAINTS" -r "$ROOT/requirements/base.in" -r "$ROOT/requirements/dev.in" "$TF_REQ"
+DEV_REQ=(); [ ${#DEV[@]} -eq 0 ] || DEV_REQ=(-r "${DEV[0]}")
+"${PIP[@]}" install -q -c "$CONSTRAINTS" -r "$ROOT/requirements/base.in" "${DEV_REQ[@]}" "$TF_REQ"
 "${PIP[@]}" install -q --no-deps -e "$ROOT"
 # JupyterLab opens Markdown files rendered (the course map, labs/README.md), not in the editor
 install -D -m 0644 "$ROOT/scripts/jupyterlab-overrides.json" "$VENV/share/jupyter/lab/settings/overrides.json"

@@ -1,4 +1,4 @@
-"""``python -m lab_utils.grading release|check-release|autograde|export|feedback`` (the make targets)."""
+"""``python -m lab_utils.grading release|check-release|autograde|export|feedback|student-repo`` (the make targets)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
-from lab_utils.grading import course, leaks, scripts
+from lab_utils.grading import course, leaks, scripts, student_repo
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", default=None, help="output file (default: grading/grades.csv)")
     p = sub.add_parser("feedback", help="generate feedback HTML for autograded submissions")
     p.add_argument("--labs", default="")
+    p = sub.add_parser(
+        "student-repo",
+        help="write (or update) DEST, a git repository a class may see: labs/, lab_utils, binder/, the lock; "
+        "no solution, hidden test or reference script",
+    )
+    p.add_argument("dest")
+    p.add_argument("--message", default=None, help="the commit message (default: names this repository's commit)")
     return parser
 
 
@@ -84,6 +91,8 @@ def main(argv=None) -> int:
         elif args.command == "feedback":
             for path in course.feedback(labs, root):
                 print(f"feedback {path}")
+        elif args.command == "student-repo":
+            print(student_repo.write(args.dest, root.resolve().parent, message=args.message))
     except (RuntimeError, ValueError, LookupError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
