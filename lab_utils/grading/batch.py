@@ -242,7 +242,8 @@ class _Batch:
             }
         for p in leaked:
             where = f", listening on port(s) {', '.join(map(str, p['listening']))}" if p["listening"] else ""
-            result["flags"].append({"kind": "leaked process killed", "detail": f"pid {p['pid']} {p['cmdline']}{where}"})
+            what = f"{p['cmdline']}{where}"  # what a process bomb's hundreds of flags have in common
+            result["flags"].append({"kind": "leaked process killed", "detail": f"pid {p['pid']} {what}", "group": what})
         result["provenance"] = {
             **self.provenance,
             **hashes,

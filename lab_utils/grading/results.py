@@ -15,12 +15,24 @@ import platform
 import shutil
 import subprocess
 import warnings
+from collections import Counter
 from importlib import metadata
 from pathlib import Path
 
 from lab_utils.grading import course
 
-__all__ = ["results_dir", "hashes", "provenance", "write_json", "merge", "install", "line", "write_csv", "summary"]
+__all__ = [
+    "results_dir",
+    "hashes",
+    "provenance",
+    "write_json",
+    "merge",
+    "install",
+    "line",
+    "flag_lines",
+    "write_csv",
+    "summary",
+]
 
 _VERSIONED = ("tensorflow-cpu", "tensorflow", "horovod", "nbgrader", "numpy", "ipykernel")
 
@@ -126,6 +138,36 @@ def line(result: dict) -> str:
     return f"{result['score']:g}/{result['max_score']:g}{flags}"
 
 
+#: Examples one kind's line shows; the result JSON keeps every flag.
+FLAG_EXAMPLES = 3
+
+
+def _grouped(flags: list[dict]) -> dict[str, Counter]:
+    """kind -> Counter of what was flagged (a flag's ``group``: its detail without what
+    differs per instance, such as a pid; else its detail), both in order of first appearance."""
+    kinds: dict[str, Counter] = {}
+    for f in flags:
+        kinds.setdefault(f["kind"], Counter())[f.get("group") or f["detail"]] += 1
+    return kinds
+
+
+def _described(seen: Counter, examples: int) -> str:
+    """``what``, or ``what ×n; what; ... and M more``: the first ``examples`` of one kind."""
+    shown = [what if n == 1 else f"{what} ×{n}" for what, n in list(seen.items())[:examples]]
+    return "; ".join(shown) + (f"; and {len(seen) - examples} more" if len(seen) > examples else "")
+
+
+def flag_lines(flags: list[dict], examples: int = FLAG_EXAMPLES) -> list[str]:
+    """One line per kind of flag of one submission: ``kind: detail`` for one flag, and for
+    several ``kind ×N: what ×n; what; ... and M more`` (the first ``examples`` of them).
+    A process bomb's 493 leaked processes make one line, not 493."""
+    lines = []
+    for kind, seen in _grouped(flags).items():
+        total = sum(seen.values())
+        lines.append(f"{kind if total == 1 else f'{kind} ×{total}'}: {_described(seen, examples)}")
+    return lines
+
+
 def write_csv(results: list[dict], path: Path) -> Path:
     """One row per student x lab: score, status, flags, and the test cells that did not pass."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,7 +182,7 @@ def write_csv(results: list[dict], path: Path) -> Path:
                     r["status"],
                     "" if r["score"] is None else r["score"],
                     "" if r["max_score"] is None else r["max_score"],
-                    "; ".join(f"{f['kind']}: {f['detail']}" for f in r["flags"]) or "",
+                    " | ".join(flag_lines(r["flags"])),
                     "; ".join(f"{c['grade_id']} {c['status']}" for c in r["cells"] if c["status"] != "passed"),
                 ]
             )
@@ -148,17 +190,20 @@ def write_csv(results: list[dict], path: Path) -> Path:
 
 
 def summary(results: list[dict], say=print) -> None:
-    """Print every flag, grouped by kind (what the instructor should look at)."""
-    flagged = [(r, f) for r in results for f in r["flags"]]
+    """Print the flags by kind (what the instructor should look at): under each kind, one line
+    per submission (:func:`flag_lines`: a count and the first examples where it has many)."""
+    flagged = [r for r in results if r["flags"]]
     infra = [r for r in results if r["status"] != "graded"]
     say(
-        f"graded {len(results) - len(infra)} of {len(results)}; {len(flagged)} flag(s); "
+        f"graded {len(results) - len(infra)} of {len(results)}; {len(flagged)} flagged; "
         f"{len(infra)} infrastructure error(s)"
     )
     for r in infra:
         say(f"  INFRASTRUCTURE {r['student']}/{r['lab']}: {r['reason']} (not scored; run again)")
-    for kind in sorted({f["kind"] for _, f in flagged}):
+    for kind in sorted({f["kind"] for r in flagged for f in r["flags"]}):
         say(f"  {kind}:")
-        for r, f in flagged:
-            if f["kind"] == kind:
-                say(f"    {r['student']}/{r['lab']}: {f['detail']}")
+        for r in flagged:
+            seen = _grouped(r["flags"]).get(kind)
+            if seen:
+                count = f" ({sum(seen.values())})" if sum(seen.values()) > 1 else ""
+                say(f"    {r['student']}/{r['lab']}{count}: {_described(seen, FLAG_EXAMPLES)}")

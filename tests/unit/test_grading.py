@@ -312,3 +312,43 @@ def test_summary_markdown_names_failures():
     ]
     text = run_labs.summary_markdown(rows)
     assert "| 01_x | ci | failed | 1.0 |" in text and "failed in cell 3" in text
+
+
+# --------------------------------------------------------------- flags: one line per kind
+def _result(student, flags):
+    return {
+        "student": student,
+        "lab": "01_single_node",
+        "status": "graded",
+        "score": 1.0,
+        "max_score": 2.0,
+        "flags": flags,
+        "cells": [{"grade_id": "train", "status": "timed out"}],
+    }
+
+
+def test_a_process_bomb_s_flags_make_one_line_per_kind(tmp_path):
+    from lab_utils.grading import results
+
+    bomb = [
+        {"kind": "leaked process killed", "detail": f"pid {100 + i} sleep 3600", "group": "sleep 3600"}
+        for i in range(493)
+    ]
+    bomb += [{"kind": "leaked process killed", "detail": "pid 9 python -c x", "group": "python -c x"}]
+    bomb += [{"kind": "timed out", "detail": "cell train: 300 s"}]
+    assert results.flag_lines(bomb) == [
+        "leaked process killed ×494: sleep 3600 ×493; python -c x",
+        "timed out: cell train: 300 s",
+    ]
+    many = [{"kind": "tampered cell", "detail": f"cell {i} was edited"} for i in range(5)]
+    assert results.flag_lines(many) == [
+        "tampered cell ×5: cell 0 was edited; cell 1 was edited; cell 2 was edited; and 2 more"
+    ]
+    rows = [_result("bomb", bomb), _result("quiet", [])]
+    text = results.write_csv(rows, tmp_path / "grades.csv").read_text()
+    assert text.count("leaked process killed") == 1 and "sleep 3600 ×493" in text and "pid 100" not in text
+    said = []
+    results.summary(rows, said.append)
+    assert said[0] == "graded 2 of 2; 1 flagged; 0 infrastructure error(s)"
+    assert "    bomb/01_single_node (494): sleep 3600 ×493; python -c x" in said
+    assert len(said) == 5, said  # the count, two kinds, one line under each
