@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import filecmp
+import json
 import os
 import shutil
 import sys
@@ -288,7 +289,9 @@ def export_grades(csv_path: Path | str | None = None, root: Path | str = GRADING
 
 
 def feedback(labs=None, root: Path | str = GRADING_ROOT) -> list[Path]:
-    """Generate feedback HTML for every autograded submission."""
+    """Generate feedback HTML for every autograded submission, with its flags on top."""
+    from lab_utils.grading import results  # (results imports this module)
+
     root = Path(root).resolve()
     out = []
     for lab in _select(labs, root):
@@ -297,5 +300,10 @@ def feedback(labs=None, root: Path | str = GRADING_ROOT) -> list[Path]:
         api = course_api(root)
         for student in students:
             check(api.generate_feedback(lab, student, force=True), f"generate_feedback {student}/{lab}")
+            record = results.results_dir(root) / student / f"{lab}.json"
+            if record.is_file():  # the batch's flags, at the top of the page (as autograde put them)
+                results.add_flags_to_feedback(
+                    root / "feedback" / student / lab, json.loads(record.read_text())["flags"]
+                )
             out.extend(sorted((root / "feedback" / student / lab).glob("*.html")))
     return out

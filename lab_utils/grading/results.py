@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import html
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import warnings
@@ -30,6 +32,7 @@ __all__ = [
     "install",
     "line",
     "flag_lines",
+    "add_flags_to_feedback",
     "write_csv",
     "summary",
 ]
@@ -127,6 +130,7 @@ def install(root: Path, db_url: str, course_id: str, submissions: Path, result: 
     _replace_tree(Path(result["autograded"]), root / "autograded" / student / lab)
     if Path(result["feedback"]).is_dir():
         _replace_tree(Path(result["feedback"]), root / "feedback" / student / lab)
+        add_flags_to_feedback(root / "feedback" / student / lab, result["flags"])
     for key in ("autograded", "feedback", "db"):
         result.pop(key, None)
 
@@ -166,6 +170,28 @@ def flag_lines(flags: list[dict], examples: int = FLAG_EXAMPLES) -> list[str]:
         total = sum(seen.values())
         lines.append(f"{kind if total == 1 else f'{kind} ×{total}'}: {_described(seen, examples)}")
     return lines
+
+
+#: The feedback section :func:`add_flags_to_feedback` writes (and replaces when run again).
+_FLAGS_SECTION = re.compile(r'\n?<section id="grading-flags"[^>]*>.*?</section>\n?', re.S)
+
+
+def add_flags_to_feedback(folder: Path, flags: list[dict]) -> None:
+    """Put a submission's flags (:func:`flag_lines`) at the top of each feedback HTML file in
+    ``folder``, where the student reads why points went; run again, it replaces its section."""
+    lines = flag_lines(flags)
+    for page in sorted(Path(folder).glob("*.html")):
+        text = _FLAGS_SECTION.sub("\n", page.read_text(encoding="utf-8", errors="replace"))
+        if lines:
+            items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+            section = (
+                '\n<section id="grading-flags" style="border:2px solid #c60;padding:0 1em;margin:1em">'
+                f"<h2>Grading notes</h2><ul>{items}</ul></section>\n"
+            )
+            body = re.search(r"<body[^>]*>", text)
+            at = body.end() if body else 0
+            text = text[:at] + section + text[at:]
+        page.write_text(text, encoding="utf-8")
 
 
 def write_csv(results: list[dict], path: Path) -> Path:

@@ -333,6 +333,10 @@ def test_grades_csv_and_feedback(lab, course):
     blank = next(p for p in html if p.parent.parent.name == "blank").read_text()
     assert "Error" in blank  # the failures are reported ...
     assert "HIDDEN TESTS" not in blank and "_checks" not in blank  # ... without quoting hidden code
+    # ... and the flags are on top, one line per kind (the batch's summary and CSV say the same)
+    notes = blank[blank.index('<section id="grading-flags"') : blank.index("</section>")]
+    for kind in crafted.VANDAL_FLAGS:
+        assert notes.count(f"<li>{kind}") == 1, (kind, notes)
 
 
 def _split(source: str) -> tuple[set[str], set[str]]:

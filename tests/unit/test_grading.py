@@ -352,3 +352,20 @@ def test_a_process_bomb_s_flags_make_one_line_per_kind(tmp_path):
     assert said[0] == "graded 2 of 2; 1 flagged; 0 infrastructure error(s)"
     assert "    bomb/01_single_node (494): sleep 3600 ×493; python -c x" in said
     assert len(said) == 5, said  # the count, two kinds, one line under each
+
+
+def test_flags_go_to_the_top_of_the_feedback_once_and_escaped(tmp_path):
+    from lab_utils.grading import results
+
+    page = tmp_path / "01_single_node.html"
+    page.write_text('<html><head></head><body class="jp-Notebook">\n<div>cell 1</div>\n</body></html>\n')
+    flags = [
+        {"kind": "leaked process killed", "detail": f"pid {i} sleep <3600>", "group": "sleep <3600>"} for i in (1, 2)
+    ]
+    for _ in range(2):  # run again (make feedback after autograde): one section, replaced
+        results.add_flags_to_feedback(tmp_path, flags)
+    text = page.read_text()
+    assert text.count('id="grading-flags"') == 1 and "leaked process killed ×2: sleep &lt;3600&gt; ×2" in text
+    assert text.index("grading-flags") < text.index("cell 1") and text.index("<body") < text.index("grading-flags")
+    results.add_flags_to_feedback(tmp_path, [])  # flags gone (a regrade without them): the section goes too
+    assert "grading-flags" not in page.read_text() and "cell 1" in page.read_text()
