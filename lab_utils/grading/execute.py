@@ -7,7 +7,8 @@ worker, :mod:`lab_utils.grading.worker`, configures it). Over nbgrader it adds:
   checks the kernel answers within ``interrupt_grace`` seconds; a cell that ignores
   the interrupt gets the kernel restarted, and the notebook goes on;
 - **a dead kernel is restarted** (``os._exit``, a crash, the memory limit): the
-  cell gets an error saying so, the cells above it that ran cleanly (test cells
+  cell gets an error saying so (the memory limit by name, with the limit and the peak,
+  when the sandbox cgroup's OOM-kill counter rose during the cell), the cells above it that ran cleanly (test cells
   excepted) are run again, and the rest of the notebook is still executed; cells
   that needed state only the dead cell made fail on their own;
 - **a notebook budget** (``notebook_timeout``): cells not started by then get a
@@ -31,9 +32,10 @@ from nbclient.exceptions import DeadKernelError
 from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Integer, Unicode
+from traitlets import Float, Integer, Unicode
 
 from lab_utils.grading.gate import EXECUTED, READY, notify, wait_for_go
+from lab_utils.grading.sandbox import memory_events
 
 __all__ = ["SandboxExecute", "TIMEOUT_ENAME", "DEAD_ENAME", "NOT_RUN_ENAME"]
 
@@ -58,6 +60,7 @@ class SandboxExecute(Execute):
     record_file = Unicode("", help="where to write the JSON record of every code cell").tag(config=True)
     go_fd = Integer(-1, help="pipe to wait on for the batch's go before the kernel starts; -1: none").tag(config=True)
     note_fd = Integer(-1, help="pipe to tell the batch 'ready' and 'executed' on; -1: none").tag(config=True)
+    memory_mb = Float(0, help="the sandbox's memory limit, named when it kills the kernel; 0: none").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         notify(self.note_fd, READY)
@@ -94,28 +97,37 @@ class SandboxExecute(Execute):
         if self._deadline is not None:  # a cell never runs past the notebook's budget
             self.timeout = max(1, min(self._cell_timeout, int(self._deadline - time.monotonic()) + 1))
         t0 = time.monotonic()
+        memory_before = memory_events()
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
             record.update(status="kernel died", seconds=round(time.monotonic() - t0, 3))
-            cell.outputs.append(
-                _error(
-                    DEAD_ENAME,
-                    f"the kernel died while running this cell (cell {index}: os._exit, a crash, or the memory "
-                    "limit); it was restarted and the setup cells above were run again",
-                )
-            )
+            why = self._why_dead(record, memory_before, index)
+            cell.outputs.append(_error(DEAD_ENAME, f"{why}; it was restarted and the setup cells above were run again"))
             record["replayed"] = self._restart(index)
             return cell, self.resources
         finally:
             self.timeout = self._cell_timeout
         record["seconds"] = round(time.monotonic() - t0, 3)
+        if any(o.get("output_type") == "error" and o.get("ename") == "MemoryError" for o in cell.outputs):
+            record.update(cause="memory limit", limit_mb=self.memory_mb)  # RLIMIT_AS (no cgroup), or Python's own
         if any(o.get("output_type") == "error" and o.get("ename") == TIMEOUT_ENAME for o in cell.outputs):
             record["status"] = "timed out"
             if not self._answers(self.interrupt_grace):
                 record["restarted"] = True
                 record["replayed"] = self._restart(index)
         return cell, self.resources
+
+    def _why_dead(self, record: dict, memory_before, index: int) -> str:
+        """Why the kernel died in cell ``index``, for its error and ``record`` (``cause``):
+        the sandbox cgroup's OOM-kill counter went up while the cell ran, or something else."""
+        after = memory_events()
+        if memory_before is None or after is None or after[0] <= memory_before[0]:
+            return f"the kernel died while running this cell (cell {index}: os._exit, a crash or a signal)"
+        peak = None if after[1] is None else round(after[1] / 2**20)
+        record.update(cause="memory limit", limit_mb=self.memory_mb, peak_mb=peak)
+        at = f" at a peak of {peak} MB" if peak is not None else ""
+        return f"the memory limit ({self.memory_mb:g} MB) killed the kernel while it ran this cell (cell {index}){at}"
 
     # ------------------------------------------------------------------ kernel
     def _run_quiet(self, source: str, timeout: float) -> bool:

@@ -39,6 +39,7 @@ __all__ = [
     "leftover_cgroups",
     "listening_ports",
     "own_cgroup_v1",
+    "memory_events",
     "quota_ceiling_v1",
     "MARKER",
 ]
@@ -74,6 +75,32 @@ def own_cgroup_v1(controller: str, proc_cgroup: Path = Path("/proc/self/cgroup")
         if controller in controllers.split(","):
             return root / controller / path.lstrip("/")
     return root / controller
+
+
+def memory_events(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = _V1) -> tuple[int, int | None] | None:
+    """(OOM kills so far, peak bytes or None) of this process's memory cgroup: what a grading
+    worker, inside its sandbox's cgroup, reads to tell a kernel the memory limit killed from one
+    that died of something else. v1: ``memory.oom_control``'s ``oom_kill`` and
+    ``memory.max_usage_in_bytes``; v2: ``memory.events``' ``oom_kill`` and ``memory.peak``.
+    None where there is no such counter (no memory cgroup, a kernel before 4.13)."""
+    try:
+        if (root / "cgroup.controllers").is_file():  # v2
+            rel = next(ln[3:] for ln in proc_cgroup.read_text().splitlines() if ln.startswith("0::"))
+            folder, events, peak = root / rel.lstrip("/"), "memory.events", "memory.peak"
+        else:
+            folder, events, peak = (
+                own_cgroup_v1("memory", proc_cgroup, root),
+                "memory.oom_control",
+                "memory.max_usage_in_bytes",
+            )
+        counters = dict(line.split() for line in (folder / events).read_text().splitlines() if len(line.split()) == 2)
+        kills = int(counters["oom_kill"])
+    except (OSError, StopIteration, KeyError, ValueError):
+        return None
+    try:
+        return kills, int((folder / peak).read_text())
+    except (OSError, ValueError):
+        return kills, None
 
 
 def quota_ceiling_v1(cpu_dir: Path, root: Path = _V1 / "cpu") -> float | None:

@@ -138,6 +138,7 @@ def _config(spec: dict, box: Path, record: Path, lines_file: Path):
     c.SandboxExecute.timeout = int(s["cell_timeout"])
     c.SandboxExecute.notebook_timeout = int(s["notebook_timeout"])
     c.SandboxExecute.interrupt_grace = int(s["interrupt_grace"])
+    c.SandboxExecute.memory_mb = float(s["memory_mb"])
     c.SandboxExecute.record_file = str(record)
     for name in ("go_fd", "note_fd"):  # the batch's gate: the kernel starts on its go
         setattr(c.SandboxExecute, name, int(spec.get("gate", {}).get(name, -1)))
@@ -198,8 +199,10 @@ def grade(spec: dict) -> dict:
         where = ", ".join(f"cell {i}" for i in quoted)
         flags.append({"kind": "quoted reference", "detail": f"{where} printed the reference script (not in feedback)"})
     for c in executed["cells"]:
-        if c["status"] in ("timed out", "kernel died"):
-            flags.append({"kind": c["status"], "detail": _event(c)})
+        if c.get("cause") == "memory limit":
+            flags.append({"kind": "memory limit", "detail": _event(c, executed)})
+        elif c["status"] in ("timed out", "kernel died"):
+            flags.append({"kind": c["status"], "detail": _event(c, executed)})
     if any(c["status"] == "not run" for c in executed["cells"]):
         flags.append({"kind": "not run", "detail": f"the notebook's {executed['notebook_timeout']} s budget ran out"})
     t = lap("account", t)
@@ -222,12 +225,20 @@ def grade(spec: dict) -> dict:
     return result
 
 
-def _event(cell: dict) -> str:
+def _event(cell: dict, executed: dict) -> str:
+    """One flag's detail: the cell, what happened, and the limit it met."""
     where = f"cell {cell['index']}" + (f" ({cell['grade_id']})" if cell.get("grade_id") else "")
+    restarted = f"restarted, {cell.get('replayed', 0)} setup cells re-run"
+    if cell.get("cause") == "memory limit":
+        limit = f"the {cell['limit_mb']:g} MB memory limit" if cell.get("limit_mb") else "the memory limit"
+        if cell["status"] != "kernel died":
+            return f"{where} raised MemoryError at {limit}"
+        peak = f" (peak {cell['peak_mb']} MB)" if cell.get("peak_mb") is not None else ""
+        return f"{limit} killed the kernel in {where}{peak}; {restarted}"
     if cell["status"] == "timed out":
         extra = ", ignored the interrupt: kernel restarted" if cell.get("restarted") else ", interrupted"
-        return f"{where} ran past the cell timeout{extra}"
-    return f"kernel died in {where}; restarted, {cell.get('replayed', 0)} setup cells re-run"
+        return f"{where} ran past the {executed.get('cell_timeout', '?')} s cell timeout{extra}"
+    return f"kernel died in {where}; {restarted}"
 
 
 def main(argv=None) -> int:

@@ -35,6 +35,7 @@ EXPECTED = {
     "partly": (["test_sweep"], None),
     "loop": (["test_sweep"], "timed out"),
     "exits": ([], "kernel died"),
+    "memory": ([], "memory limit"),
     "tampered": ([], "tampered cell"),
     "deleted": ([], "deleted cell"),
     "leaks": ([], "leaked process killed"),
@@ -95,7 +96,12 @@ def test_flags_name_what_happened(graded):
     detail = {r: " ".join(f["detail"] for f in results[r]["flags"]) for r in EXPECTED}
     assert "sleep 100000" in detail["leaks"] and "listening on port" in detail["leaks"]
     assert "kernel died in cell" in detail["exits"] and "re-run" in detail["exits"]
-    assert "(sweep)" in detail["loop"]
+    assert "(sweep)" in detail["loop"] and "40 s cell timeout" in detail["loop"]
+    # the memory limit by name, with the cell and the limit: the cgroup's OOM kill (root), or
+    # MemoryError under RLIMIT_AS (the process-group sandbox)
+    assert "the 4096 MB memory limit" in detail["memory"] and "cell " in detail["memory"], detail["memory"]
+    if results["memory"]["provenance"]["sandbox"].startswith("isolated"):
+        assert "killed the kernel in cell" in detail["memory"] and " MB)" in detail["memory"], detail["memory"]
     loop = {c["grade_id"]: c for c in results["loop"]["cells"]}
     assert loop["test_sweep"]["status"] == "error" and "NameError" in loop["test_sweep"]["reason"]
 

@@ -167,6 +167,25 @@ def test_own_cgroup_is_read_per_controller(tmp_path):
     assert sandbox.own_cgroup_v1("freezer", proc, root) == root / "freezer"  # not listed: the root
 
 
+def test_memory_events_are_read_from_the_own_memory_cgroup_v1_and_v2(tmp_path):
+    """The OOM-kill counter and the peak that let a dead kernel be blamed on the memory limit."""
+    proc = tmp_path / "cgroup"
+    proc.write_text("4:memory:/labgrade-0-7\n0::/labgrade-0-7\n")
+    v1 = tmp_path / "v1"
+    (v1 / "memory" / "labgrade-0-7").mkdir(parents=True)
+    assert sandbox.memory_events(proc, v1) is None  # no counter: unknown, never "not killed"
+    (v1 / "memory" / "labgrade-0-7" / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    assert sandbox.memory_events(proc, v1) == (2, None)
+    (v1 / "memory" / "labgrade-0-7" / "memory.max_usage_in_bytes").write_text(f"{4096 * 2**20}\n")
+    assert sandbox.memory_events(proc, v1) == (2, 4096 * 2**20)
+    v2 = tmp_path / "v2"
+    (v2 / "labgrade-0-7").mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu memory pids\n")
+    (v2 / "labgrade-0-7" / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n")
+    (v2 / "labgrade-0-7" / "memory.peak").write_text("1048576\n")
+    assert sandbox.memory_events(proc, v2) == (1, 1048576)
+
+
 def test_a_sandbox_nests_under_the_graders_own_cgroup():
     """So a quota above the grader (a Slurm job, make test-slow) bounds what it grades too."""
     if sandbox.cgroup_support() != "v1":
