@@ -32,7 +32,7 @@ from nbclient.exceptions import DeadKernelError
 from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Float, Integer, Unicode
+from traitlets import Bool, Float, Integer, Unicode
 
 from lab_utils.grading.gate import EXECUTED, READY, notify, wait_for_go
 from lab_utils.grading.sandbox import memory_events
@@ -61,6 +61,9 @@ class SandboxExecute(Execute):
     go_fd = Integer(-1, help="pipe to wait on for the batch's go before the kernel starts; -1: none").tag(config=True)
     note_fd = Integer(-1, help="pipe to tell the batch 'ready' and 'executed' on; -1: none").tag(config=True)
     memory_mb = Float(0, help="the sandbox's memory limit, named when it kills the kernel; 0: none").tag(config=True)
+    own_cgroup = Bool(
+        False, help="this worker's memory cgroup is the sandbox's own (its OOM kills are the kernel's)"
+    ).tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         notify(self.note_fd, READY)
@@ -97,7 +100,7 @@ class SandboxExecute(Execute):
         if self._deadline is not None:  # a cell never runs past the notebook's budget
             self.timeout = max(1, min(self._cell_timeout, int(self._deadline - time.monotonic()) + 1))
         t0 = time.monotonic()
-        memory_before = memory_events()
+        memory_before = memory_events() if self.own_cgroup else None
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:

@@ -139,6 +139,7 @@ def _config(spec: dict, box: Path, record: Path, lines_file: Path):
     c.SandboxExecute.notebook_timeout = int(s["notebook_timeout"])
     c.SandboxExecute.interrupt_grace = int(s["interrupt_grace"])
     c.SandboxExecute.memory_mb = float(s["memory_mb"])
+    c.SandboxExecute.own_cgroup = bool(spec.get("isolated"))  # else the OOM counter is the grader's, shared
     c.SandboxExecute.record_file = str(record)
     for name in ("go_fd", "note_fd"):  # the batch's gate: the kernel starts on its go
         setattr(c.SandboxExecute, name, int(spec.get("gate", {}).get(name, -1)))
