@@ -45,11 +45,15 @@ c.Execute.timeout = cell_timeout(settings_file=HERE / "settings.yml")
 # Feedback shows each test cell's score and output, but not the source of its hidden
 # tests: once students have read them they can be gamed (by the next cohort too).
 # Nor do error tracebacks, which quote the lines around the failing one (HideHiddenTracebacks).
-# Instructors who prefer to show them: drop ClearHiddenTests and HideHiddenTracebacks from this list.
+# Instructors who prefer to show them: drop ClearTestCellHiddenTests and HideHiddenTracebacks from this list.
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
-from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
+from nbgrader.preprocessors import GetGrades  # noqa: E402
 
-from lab_utils.grading.tracebacks import HideHiddenTracebacks, HideReferenceQuotes  # noqa: E402
+from lab_utils.grading.tracebacks import (  # noqa: E402
+    ClearTestCellHiddenTests,
+    HideHiddenTracebacks,
+    HideReferenceQuotes,
+)
 
 # Sandboxed grading shows the kernel the reference scripts (grading/reference/), which the
 # throughput tests run; an output that quotes one is cut from the feedback (HideReferenceQuotes).
@@ -57,6 +61,6 @@ c.GenerateFeedback.preprocessors = [
     GetGrades,
     HideHiddenTracebacks,
     HideReferenceQuotes,
-    ClearHiddenTests,
+    ClearTestCellHiddenTests,  # nbgrader's ClearHiddenTests, on test cells only (a student's text is theirs)
     CSSHTMLHeaderPreprocessor,
 ]

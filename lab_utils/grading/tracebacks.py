@@ -26,6 +26,8 @@ import re
 from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
+from nbgrader import utils
+from nbgrader.preprocessors import ClearHiddenTests
 from traitlets import Bool, Int, Unicode
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "hidden_start",
     "scrub_error",
     "HideHiddenTracebacks",
+    "ClearTestCellHiddenTests",
     "reference_quotes",
     "HideReferenceQuotes",
     "QUOTE_NOTICE",
@@ -67,6 +70,19 @@ def scrub_error(output: dict, hidden_line: int) -> dict:
         text = f"{ename} raised in the hidden tests (their code and values are not shown)"
     output["traceback"] = [text]
     return output
+
+
+class ClearTestCellHiddenTests(ClearHiddenTests):
+    """nbgrader's ``ClearHiddenTests`` for the autograder's test cells only: those the
+    autograde restored from the instructor's source, where the hidden tests are. A student's
+    own cells are shown as written: a ``### BEGIN HIDDEN TESTS`` line a student typed (with no
+    END, or outside a test cell) made nbgrader's version raise, and the submission could
+    never be graded (an "infrastructure error" every time)."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code" and utils.is_grade(cell) and not utils.is_solution(cell):
+            return super().preprocess_cell(cell, resources, index)
+        return cell, resources
 
 
 class HideHiddenTracebacks(Preprocessor):

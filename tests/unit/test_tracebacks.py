@@ -6,7 +6,7 @@ import json
 
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from lab_utils.grading.tracebacks import HideHiddenTracebacks, hidden_start, scrub_error
+from lab_utils.grading.tracebacks import ClearTestCellHiddenTests, HideHiddenTracebacks, hidden_start, scrub_error
 
 SOURCE = "\n".join(
     [
@@ -120,3 +120,26 @@ def test_an_output_quoting_the_reference_is_cut_from_feedback(tmp_path):
     fresh.outputs = [new_output("stream", name="stdout", text="\n".join(lines))]
     untouched, _ = HideReferenceQuotes().preprocess(new_notebook(cells=[fresh]), {})  # no lines file: no-op
     assert untouched.cells[0].outputs[0]["text"] == "\n".join(lines)
+
+
+def test_hidden_tests_are_cleared_from_test_cells_and_a_student_s_markers_are_left_alone():
+    """nbgrader's ClearHiddenTests raised on a student's unbalanced marker (the submission
+    could never be graded); only the autograder's test cells hold hidden tests."""
+
+    def cell(source, **nbgrader):
+        c = new_code_cell(source)
+        c.metadata["nbgrader"] = {"grade_id": "x", "points": 1, "schema_version": 3, "locked": False, **nbgrader}
+        return c
+
+    test = cell(
+        "assert f(1) == 2\n### BEGIN HIDDEN TESTS\nassert f(2) == 3\n### END HIDDEN TESTS\n", grade=True, solution=False
+    )
+    students = [
+        cell("### BEGIN HIDDEN TESTS\ndef f(x):\n    return x + 1\n", grade=False, solution=True),
+        cell("### BEGIN HIDDEN TESTS\nprint(1)\n### END HIDDEN TESTS\n", grade=False, solution=True),
+        new_code_cell("### BEGIN HIDDEN TESTS\n### BEGIN HIDDEN TESTS\n"),  # a cell the student added
+    ]
+    nb = new_notebook(cells=[test, *[c.copy() for c in students]])
+    nb, _ = ClearTestCellHiddenTests().preprocess(nb, {})
+    assert "f(2)" not in nb.cells[0].source and "assert f(1) == 2" in nb.cells[0].source
+    assert [c.source for c in nb.cells[1:]] == [c.source for c in students]
