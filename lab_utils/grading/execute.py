@@ -30,6 +30,7 @@ from queue import Empty
 
 from nbclient.exceptions import DeadKernelError
 from nbclient.util import run_sync
+from nbconvert.preprocessors import Preprocessor
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Float, Integer, Unicode
@@ -37,7 +38,7 @@ from traitlets import Bool, Float, Integer, Unicode
 from lab_utils.grading.gate import EXECUTED, READY, notify, wait_for_go
 from lab_utils.grading.sandbox import memory_events
 
-__all__ = ["SandboxExecute", "TIMEOUT_ENAME", "DEAD_ENAME", "NOT_RUN_ENAME"]
+__all__ = ["SandboxExecute", "CapOutputBytes", "TIMEOUT_ENAME", "DEAD_ENAME", "NOT_RUN_ENAME"]
 
 TIMEOUT_ENAME = "CellTimeoutError"
 DEAD_ENAME = "KernelDied"
@@ -50,6 +51,51 @@ def _meta(cell) -> dict:
 
 def _error(ename: str, evalue: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+class CapOutputBytes(Preprocessor):
+    """Cut a code cell's outputs at ``max_bytes`` (streams keep their head, rich outputs that do
+    not fit go), error outputs always kept (they decide a test cell's status), and note it in
+    the cell and in ``record_file`` (JSON: cell index -> bytes cut). nbgrader's ``LimitOutput``
+    counts lines, so one 50 MB line went whole into the autograded notebook and its feedback."""
+
+    enabled = Bool(True, help="nbconvert skips a preprocessor that is not enabled").tag(config=True)
+    max_bytes = Integer(200_000, help="bytes of output kept per code cell").tag(config=True)
+    record_file = Unicode("", help="where to write the JSON of the cells cut").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        self._cut: dict[int, int] = {}
+        try:
+            return super().preprocess(nb, resources)
+        finally:
+            if self.record_file:
+                Path(self.record_file).write_text(json.dumps(self._cut))
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code" or not cell.get("outputs"):
+            return cell, resources
+        budget, kept, cut = self.max_bytes, [], 0
+        for out in cell.outputs:
+            if out.get("output_type") == "error":  # decides a test cell's status: always kept
+                kept.append(out)
+                continue
+            size = len(json.dumps(out, ensure_ascii=False).encode())
+            if size <= budget:
+                kept.append(out)
+                budget -= size
+            elif out.get("output_type") == "stream" and budget > 0:
+                head = out.get("text", "").encode()[:budget].decode("utf-8", errors="ignore")
+                cut += size - len(head.encode())
+                out.text, budget = head, 0
+                kept.append(out)
+            else:
+                cut += size
+        if cut:
+            note = f"\n[output cut by the grader: {cut:,} bytes over its {self.max_bytes:,}-byte limit per cell]\n"
+            kept.append(NotebookNode(output_type="stream", name="stdout", text=note))
+            cell.outputs = kept
+            self._cut[index] = cut
+        return cell, resources
 
 
 class SandboxExecute(Execute):

@@ -122,7 +122,7 @@ def _config(spec: dict, box: Path, record: Path, lines_file: Path):
     )
     from traitlets.config import Config
 
-    from lab_utils.grading.execute import SandboxExecute
+    from lab_utils.grading.execute import CapOutputBytes, SandboxExecute
 
     s = spec["settings"]
     c = Config()
@@ -131,10 +131,12 @@ def _config(spec: dict, box: Path, record: Path, lines_file: Path):
         IgnorePattern,
         ClearMetadataPreprocessor,
         LimitOutput,
+        CapOutputBytes,
         SaveAutoGrades,
         AssignLatePenalties,
         CheckCellMetadata,
     ]
+    c.CapOutputBytes.record_file = str(record.with_name("cut.json"))
     c.SandboxExecute.timeout = int(s["cell_timeout"])
     c.SandboxExecute.notebook_timeout = int(s["notebook_timeout"])
     c.SandboxExecute.interrupt_grace = int(s["interrupt_grace"])
@@ -182,7 +184,7 @@ def grade(spec: dict) -> dict:
     api = course.course_api(root, extra=_config(spec, box, record, lines_file))
     submitted = root / "submitted" / student / lab / f"{lab}.ipynb"
     released = root / "release" / lab / f"{lab}.ipynb"
-    restored = changed_cells(submitted, released)
+    restored = _readable(submitted, released) + changed_cells(submitted, released)
     restore_deleted(submitted, released)
     t = lap("course", t)
     outcome = api.autograde(lab, student, force=True, create=True)
@@ -204,6 +206,9 @@ def grade(spec: dict) -> dict:
             flags.append({"kind": "memory limit", "detail": _event(c, executed)})
         elif c["status"] in ("timed out", "kernel died"):
             flags.append({"kind": c["status"], "detail": _event(c, executed)})
+    cut = record.with_name("cut.json")
+    for index, size in (json.loads(cut.read_text()) if cut.is_file() else {}).items():
+        flags.append({"kind": "huge output cut", "detail": f"cell {index}: {size:,} bytes over the limit per cell"})
     if any(c["status"] == "not run" for c in executed["cells"]):
         flags.append({"kind": "not run", "detail": f"the notebook's {executed['notebook_timeout']} s budget ran out"})
     t = lap("account", t)
@@ -224,6 +229,31 @@ def grade(spec: dict) -> dict:
     }
     Path(spec["result"]).write_text(json.dumps(result, indent=1))
     return result
+
+
+def _readable(submitted: Path, released: Path) -> list[dict]:
+    """Make the sandbox's copy of a submission one nbgrader can read, and flag what was done:
+    invalid UTF-8 is decoded with U+FFFD for each bad byte and graded; a file that is no
+    notebook (not JSON, cut short) is replaced by the blank release, graded in its place (0
+    for every test), so a broken file is a grade with its reason, never an infrastructure error."""
+    data = submitted.read_bytes()
+    flags = []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text = data.decode("utf-8", errors="replace")
+        detail = f"invalid UTF-8 at byte {exc.start:,}: each bad byte read as U+FFFD, then graded"
+        flags.append({"kind": "unreadable notebook", "detail": detail})
+    try:
+        nbformat.reads(text, as_version=4)
+    except Exception as exc:  # noqa: BLE001 (nbformat raises many kinds on a broken file; each is the student's)
+        shutil.copy2(released, submitted)
+        reason = (str(exc).strip().splitlines() or [""])[0][:160]
+        detail = f"{type(exc).__name__}: {reason}; the blank release was graded in its place"
+        return [*flags, {"kind": "unreadable notebook", "detail": detail}]
+    if flags:
+        submitted.write_text(text, encoding="utf-8")
+    return flags
 
 
 def _event(cell: dict, executed: dict) -> str:

@@ -36,7 +36,8 @@ EXPECTED = {
     "loop": (["test_sweep"], "timed out"),
     "exits": ([], "kernel died"),
     "memory": ([], "memory limit"),
-    "markers": ([], None),  # a student's text never makes grading fail
+    "hostile": ([], "huge output cut"),  # a student's text and output never make grading fail
+    "broken": ("all", "unreadable notebook"),  # graded as the blank release, with the reason
     "tampered": ([], "tampered cell"),
     "deleted": ([], "deleted cell"),
     "leaks": ([], "leaked process killed"),
@@ -77,6 +78,7 @@ def test_every_crafted_submission_gets_its_score_and_flag(graded):
     points = crafted.test_points(LAB, root)
     full = sum(points.values())
     for kind, (lost, flag) in EXPECTED.items():
+        lost = list(points) if lost == "all" else lost
         r = results[kind]
         assert r["status"] == "graded", (kind, r.get("reason"), r.get("log_tail"))
         auto = sum(c["score"] for c in r["cells"])
@@ -100,6 +102,7 @@ def test_flags_name_what_happened(graded):
     assert "(sweep)" in detail["loop"] and "40 s cell timeout" in detail["loop"]
     # the memory limit by name, with the cell and the limit: the cgroup's OOM kill (root), or
     # MemoryError under RLIMIT_AS (the process-group sandbox)
+    assert "bytes over the limit per cell" in detail["hostile"] and "graded in its place" in detail["broken"]
     assert "the 4096 MB memory limit" in detail["memory"] and "cell " in detail["memory"], detail["memory"]
     if results["memory"]["provenance"]["sandbox"].startswith("isolated"):
         assert "killed the kernel in cell" in detail["memory"] and " MB)" in detail["memory"], detail["memory"]
@@ -149,6 +152,11 @@ def test_nothing_is_left_running_and_the_course_holds_every_result(graded):
         assert list((root / "feedback" / student / LAB).glob("*.html"))
         prov = json.loads((root / "results" / student / f"{LAB}.json").read_text())["provenance"]
         assert len(prov["submission_sha256"]) == 64 and prov["host"] and "nbgrader" in prov["versions"]
+    # whatever a submission printed, the course keeps at most a capped notebook of it
+    flood = sum(
+        f.stat().st_size for d in ("autograded", "feedback") for f in (root / d / "hostile").rglob("*") if f.is_file()
+    )
+    assert flood < 10 * 2**20, flood
     csv_text = (root / "results" / "grades.csv").read_text()
     assert "leaks,01_single_node,graded,13.0" in csv_text and "leaked process killed" in csv_text
     scores = grading.export_grades(None, root).read_text()  # merged into the course gradebook
@@ -173,7 +181,9 @@ def patchy(request, tmp_path_factory):
     One lab per course and per batch, so that each fixture stays well inside its test's
     timeout on a slow machine."""
     lab = request.param
-    settings = "defaults:\n  cell_timeout: 30\n  interrupt_grace: 10\n"
+    # the loop costs a cell timeout: 22 s, over 3x the longest legitimate cell of these labs
+    # (6.7 s here), so a machine 2.5x slower still finishes every other cell in time
+    settings = "defaults:\n  cell_timeout: 22\n  interrupt_grace: 10\n"
     root, subs = crafted.course(tmp_path_factory.mktemp(f"patchy-{lab}"), [lab], settings)
     crafted.write("patchy", lab, subs, root=root)
     (result,) = batch.autograde(subs, [lab], root)

@@ -214,3 +214,29 @@ def test_a_quota_above_the_grader_caps_the_sandbox_quota(tmp_path):
     grader = level(root / "slow" / "job" / "grader", -1)
     assert sandbox.quota_ceiling_v1(grader, root) == pytest.approx(0.8)
     assert sandbox.quota_ceiling_v1(level(root / "free", -1), root) is None
+
+
+def test_outputs_are_cut_per_cell_and_an_error_is_always_kept(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from lab_utils.grading.execute import CapOutputBytes
+
+    flood = new_code_cell("print(...)")
+    flood.outputs = [
+        new_output("stream", name="stdout", text="x" * 5000),
+        new_output("display_data", data={"text/plain": "y" * 5000}),
+        new_output("error", ename="AssertionError", evalue="the test failed", traceback=["AssertionError"]),
+    ]
+    small = new_code_cell("print(1)")
+    small.outputs = [new_output("stream", name="stdout", text="1\n")]
+    nb = new_notebook(cells=[small, flood])
+    record = tmp_path / "cut.json"
+    nb, _ = CapOutputBytes(max_bytes=1000, record_file=str(record))(nb, {})
+    kinds = [o.output_type for o in nb.cells[1].outputs]
+    assert kinds == ["stream", "error", "stream"], kinds  # the head of the stream, the error, the note
+    assert len(nb.cells[1].outputs[0].text) <= 1000 and "output cut by the grader" in nb.cells[1].outputs[-1].text
+    assert nb.cells[0].outputs[0].text == "1\n"
+    cut = json.loads(record.read_text())
+    assert list(cut) == ["1"] and cut["1"] > 8000
+    nbformat.validate(nb)
