@@ -226,10 +226,11 @@ def summary(results: list[dict], say=print) -> None:
     )
     for r in infra:
         say(f"  INFRASTRUCTURE {r['student']}/{r['lab']}: {r['reason']} (not scored; run again)")
-    for kind in sorted({f["kind"] for r in flagged for f in r["flags"]}):
+    grouped = [(r, _grouped(r["flags"])) for r in flagged]  # once per submission
+    for kind in sorted({kind for _, kinds in grouped for kind in kinds}):
         say(f"  {kind}:")
-        for r in flagged:
-            seen = _grouped(r["flags"]).get(kind)
+        for r, kinds in grouped:
+            seen = kinds.get(kind)
             if seen:
                 count = f" ({sum(seen.values())})" if sum(seen.values()) > 1 else ""
                 say(f"    {r['student']}/{r['lab']}{count}: {_described(seen, FLAG_EXAMPLES)}")

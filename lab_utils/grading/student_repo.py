@@ -23,7 +23,7 @@ from pathlib import Path
 
 from lab_utils.grading import course, leaks
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = course.REPO_ROOT
 #: Files (or folders, ending in /) of this repository the student repository takes, as git tracks them.
 TAKEN = (
     "labs/",
