@@ -1,4 +1,4 @@
-"""Parent-death guard: ``python -m lab_utils._guard --parent PID [--grace S] -- cmd ...``
+"""Parent-death guard: ``python -m lab_utils._guard --parent PID [--grace S] [--orphan-removes PATH] -- cmd ...``
 
 The launcher (:mod:`lab_utils.cluster`) starts every task through this small
 middleman, in the spirit of Horovod's ``safe_shell_exec``:
@@ -13,7 +13,9 @@ middleman, in the spirit of Horovod's ``safe_shell_exec``:
   the parent dies (even by SIGKILL) or it is told to stop, it terminates the
   whole tree: SIGTERM, ``grace`` seconds, SIGKILL;
 - when the command ends by itself, stray descendants are stopped the same way
-  and the guard ends the way the command did (same exit code, or same signal).
+  and the guard ends the way the command did (same exit code, or same signal);
+- ``--orphan-removes PATH`` (repeatable): files only the parent would have removed (a
+  server's log), removed by the guard once the tree is gone, when the parent died.
 
 It imports nothing heavy (no TensorFlow, no NumPy): a few milliseconds of start-up.
 """
@@ -117,7 +119,7 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def run(parent: int, grace: float, cmd: list[str]) -> int:
+def run(parent: int, grace: float, cmd: list[str], orphan_removes: tuple[str, ...] = ()) -> int:
     _set_subreaper()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -141,7 +143,7 @@ def run(parent: int, grace: float, cmd: list[str]) -> int:
         if fd is not None and fd >= 0:
             poller.register(fd, select.POLLIN)
     fallback = parent_fd is None or child_fd is None
-    stop = False
+    stop = orphaned = False
     while True:
         ready = {fd for fd, _ in poller.poll(100 if fallback else None)}
         if wake_r in ready:
@@ -153,13 +155,18 @@ def run(parent: int, grace: float, cmd: list[str]) -> int:
         if child.poll() is not None:
             break
         if parent_fd in ready or (parent_fd is None and os.getppid() != parent):
-            stop = True
+            stop = orphaned = True
         if stop:
             break
     if stop:
         terminate_tree(grace)
     code = child.wait()
     terminate_tree(grace)  # strays the command left behind
+    for path in orphan_removes if orphaned else ():
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
     if code < 0:
         signal.set_wakeup_fd(-1)
         try:
@@ -173,9 +180,11 @@ def run(parent: int, grace: float, cmd: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parent, grace = os.getppid(), 3.0
+    parent, grace, orphan_removes = os.getppid(), 3.0, []
     if "--" not in argv:
-        print("usage: python -m lab_utils._guard --parent PID [--grace S] -- cmd ...", flush=True)
+        print(
+            "usage: python -m lab_utils._guard --parent PID [--grace S] [--orphan-removes PATH] -- cmd ...", flush=True
+        )
         return 2
     split = argv.index("--")
     opts, cmd = argv[:split], argv[split + 1 :]
@@ -185,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             parent = int(opts[i + 1])
         elif opts[i] == "--grace":
             grace = float(opts[i + 1])
+        elif opts[i] == "--orphan-removes":
+            orphan_removes.append(opts[i + 1])
         else:
             print(f"lab_utils._guard: unknown option {opts[i]!r}", flush=True)
             return 2
@@ -192,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cmd:
         print("lab_utils._guard: no command after --", flush=True)
         return 2
-    return run(parent, grace, cmd)
+    return run(parent, grace, cmd, tuple(orphan_removes))
 
 
 if __name__ == "__main__":

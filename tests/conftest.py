@@ -6,7 +6,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -75,3 +77,47 @@ def no_leaked_processes(request):
         except psutil.NoSuchProcess:
             pass
     pytest.fail(f"processes left running after the test: {leaked}")
+
+
+#: what the temporary directory holds for everyone, or pytest's own folders
+_SHARED_TMP = {".tensorboard-info", ".X11-unix", ".ICE-unix", ".font-unix", ".XIM-unix", ".Test-unix"}
+
+
+def _tmp_entries() -> set[str]:
+    """What the temporary directory holds, Open MPI's per-user session folders by what is
+    in them (``ompi.<host>.<uid>/pid.<mpirun's pid>``: Open MPI may keep the folder itself)."""
+    tmp, found = tempfile.gettempdir(), set()
+    for name in os.listdir(tmp):
+        if name in _SHARED_TMP or name.startswith("pytest-of-"):
+            continue
+        if name.startswith("ompi.") and os.path.isdir(os.path.join(tmp, name)):
+            try:
+                found.update(f"{name}/{run}" for run in os.listdir(os.path.join(tmp, name)))
+            except PermissionError:  # another user's: its runs are that user's business
+                pass
+            continue
+        found.add(name)
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_left_in_tmp(request):
+    """A module's tests, and its fixtures, leave nothing in the temporary directory that a
+    student's /tmp would keep (a log, an emulated host's folder, TensorFlow's generated
+    files). Set up before the module's other fixtures, so torn down after them: a leak
+    fails the module's last test (an error in its teardown), naming the files, which it
+    then removes so that one leak does not fail every module after it."""
+    before = _tmp_entries()
+    yield
+    deadline = time.monotonic() + 10
+    while (left := _tmp_entries() - before) and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling under a deadline: a process ending may still be removing its own
+    if not left:
+        return
+    for name in left:
+        path = Path(tempfile.gettempdir()) / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    pytest.fail(f"{request.module.__name__} left these in {tempfile.gettempdir()}: {sorted(left)}")

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,33 @@ def split_rank_output(text: str) -> dict[int, str]:
         cut = piece.find("\n")
         out.setdefault(int(parts[i]), []).append(piece if cut < 0 else piece[: cut + 1])
     return {r: "".join(pieces) for r, pieces in sorted(out.items())}
+
+
+def remove_dead_session_dirs(tmp: Path | None = None) -> list[Path]:
+    """Remove this user's Open MPI session folders (``ompi.<host>.<uid>/pid.<mpirun's pid>``
+    in the temporary directory) whose ``mpirun`` is gone: one that ends normally removes its
+    own, one that was killed (a job stopped at its timeout, a Ctrl-C) left it there for
+    good, and a student's ``/tmp`` collected one per stopped job. Returns those removed."""
+    removed = []
+    for top in Path(tmp or tempfile.gettempdir()).glob("ompi.*"):
+        try:
+            if top.is_symlink() or not top.is_dir() or top.stat().st_uid != os.geteuid():
+                continue
+            runs = list(top.glob("pid.*"))
+        except OSError:  # another user's, or gone meanwhile
+            continue
+        for run in runs:
+            pid = run.name.removeprefix("pid.")
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                shutil.rmtree(run, onerror=_gone_is_fine)
+                removed.append(run)
+    return removed
+
+
+def _gone_is_fine(function, path, exc_info) -> None:
+    """``shutil.rmtree``'s error handler: a file another cleanup removed first is fine."""
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
 
 
 class MPIJob(Job):
@@ -279,10 +307,17 @@ class MPIJob(Job):
             # with host 0's own temporary folder, as its daemons have theirs (the ssh stand-in):
             # Open MPI's session directory is named by uid, and uid 0 inside a student's user
             # namespace would meet root's (or another student's) /tmp/ompi.<host>.0
-            host_tmp = netem.host_tmp(self.network.hosts[0])
-            host_tmp.mkdir(mode=0o700, exist_ok=True)
-            extra["TMPDIR"] = str(host_tmp)
+            # (made at start, not here: the network's destroy removes it, and a command shown
+            # after the run must not make it again)
+            extra["TMPDIR"] = str(netem.host_tmp(self.network.hosts[0]))
         return cmd, extra
+
+    def _finish_stop(self, survivors: Sequence) -> None:
+        super()._finish_stop(survivors)
+        try:
+            remove_dead_session_dirs()
+        except OSError as exc:  # stopping the job went well: say it, do not fail it
+            self.notes.append(f"could not remove a dead job's Open MPI session folder: {exc}")
 
     def _horovodrun(self) -> list[str]:
         """``horovodrun``, as :mod:`.hvdrun` (the same launcher, minus its build probe) when
@@ -329,6 +364,8 @@ class MPIJob(Job):
             self._ssh = self.network.write_ssh(self.run_dir / "bin")
             self.tasks[0].host = self.network.address(0)
         cmd, extra = self.command()
+        if self.network is not None:
+            Path(extra["TMPDIR"]).mkdir(mode=0o700, exist_ok=True)
         env = self._base_env()
         env.update(extra)
         env[config.REPORT_DIR] = str(report_dir)

@@ -56,6 +56,7 @@ class TensorBoard:
         fd, log = tempfile.mkstemp(prefix="tensorboard-", suffix=".log")
         self.log_path = Path(log)
         guard = [sys.executable, "-m", "lab_utils._guard", "--parent", str(os.getpid()), "--grace", str(self.grace)]
+        guard += ["--orphan-removes", log]  # a SIGKILLed kernel removes nothing
         server = [sys.executable, "-m", "tensorboard.main", "--logdir", self.logdir, "--host", "127.0.0.1"]
         with os.fdopen(fd, "wb") as out:
             self.popen = subprocess.Popen(
@@ -70,36 +71,42 @@ class TensorBoard:
         deadline = time.monotonic() + self.ready_timeout
         while (found := _URL.search(self.log_path.read_text(errors="replace"))) is None:
             if self.popen.poll() is not None:
-                raise ClusterError(
+                error = ClusterError(
                     f"TensorBoard exited {self.popen.returncode} before serving {self.logdir}",
                     task="tensorboard",
                     exit_code=self.popen.returncode,
                     log_tail=tail(self.log_path),
                 )
-            if time.monotonic() > deadline:
                 self.stop()
-                raise ClusterError(
+                raise error
+            if time.monotonic() > deadline:
+                error = ClusterError(
                     f"TensorBoard did not serve {self.logdir} within {self.ready_timeout:.0f} s",
                     task="tensorboard",
                     log_tail=tail(self.log_path),
                 )
+                self.stop()
+                raise error
             time.sleep(0.1)  # polling its log for the URL line under a deadline
         self.url, self.port = found.group(1), int(found.group(2))
         return self
 
     def stop(self) -> None:
-        """SIGTERM to the guard, which stops the server (SIGKILL after its grace)."""
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        try:
-            os.killpg(self.popen.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.popen.wait(timeout=self.grace + 10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait()
+        """SIGTERM to the guard, which stops the server (SIGKILL after its grace), then
+        remove its log (what an error needed of it is in the error's log tail)."""
+        if self.popen is not None and self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout=self.grace + 10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+        if self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
+            self.log_path = None
 
     def __repr__(self) -> str:
         state = f"serving {self.url}" if self.running else "stopped"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
 from collections.abc import Sequence
 
@@ -73,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--args", default="{}")
     a = p.parse_args(argv)
     from lab_utils.cluster import TaskConfig
-    from lab_utils.training import ps
+    from lab_utils.training import loop, ps
 
     module = _load_script(a.script)
     extra = json.loads(a.args)
@@ -86,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = describe(module.build_graph, TaskConfig(cluster, "worker", a.index), settings)
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
-    os._exit(0)  # skip TensorFlow's teardown (it logs about graph objects no session ever ran)
+    loop.quick_exit(0)  # skip TensorFlow's teardown (it logs about graph objects no session ever ran)
 
 
 if __name__ == "__main__":

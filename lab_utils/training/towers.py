@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import itertools
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -246,7 +245,7 @@ def run(argv=None) -> dict:
         def exceeded(rss: int, cap: int) -> None:
             grown = (rss - cap) // 2**20 + a.memory_limit_mb
             _oom(a, tier, f"training needed more than {a.memory_limit_mb:,} MB of device memory ({grown:,} MB)", t0)
-            os._exit(0)  # from the watching thread: TensorFlow's ops cannot be interrupted
+            loop.quick_exit(0)  # from the watching thread: TensorFlow's ops cannot be interrupted
 
         def watch():
             return lab_devices.watch_memory(a.memory_limit_mb, exceeded)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -238,3 +239,16 @@ def test_hvdrun_answers_the_launcher_s_build_checks():
             launch.run_controller(True, lambda: None, False, None, False, None, None)
     finally:
         launch.gloo_built, launch.mpi_built = util.gloo_built, util.mpi_built
+
+
+def test_a_killed_mpirun_s_session_folder_is_removed_a_live_one_kept(tmp_path):
+    from lab_utils.cluster.mpi import remove_dead_session_dirs
+
+    top = tmp_path / f"ompi.somehost.{os.geteuid()}"
+    dead, alive = top / "pid.999999999", top / f"pid.{os.getpid()}"
+    for run in (dead, alive):
+        (run / "1").mkdir(parents=True)
+        (run / "contact.txt").write_text("x")
+    (tmp_path / "ompi.other").write_text("not a folder")
+    assert remove_dead_session_dirs(tmp_path) == [dead]
+    assert not dead.exists() and (alive / "contact.txt").is_file()
