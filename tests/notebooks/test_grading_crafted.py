@@ -1,8 +1,8 @@
 """An instructor's worst week: crafted submissions graded as a class, in parallel
-sandboxes. Lab 1 meets every kind; Labs 2-5 a half-done submission (the kernel killed,
-one exercise looping), each lab in a course of its own. (A complete Lab 2-5 submission
-whose training script forges its throughput is graded in tests/notebooks/test_labs.py,
-as that lab's solution.) Each gets the expected score and flag, nothing is left running,
+sandboxes. Lab 1 meets every kind; Labs 2-5 a half-done submission (the kernel killed;
+Lab 5: one function of its script looping), each lab in a course of its own. (A complete
+Lab 2-5 submission whose training script forges its throughput is graded in
+tests/notebooks/test_labs.py, as that lab's solution.) Each gets the expected score and flag, nothing is left running,
 a second run resumes without grading anything again, and Ctrl-C stops a batch at once."""
 
 from __future__ import annotations
@@ -177,12 +177,12 @@ def test_a_second_run_resumes_and_a_changed_submission_is_graded_again(graded):
 
 @pytest.fixture(scope="module", params=sorted(crafted.PATCHY))
 def patchy(request, tmp_path_factory):
-    """One of Labs 2-5 handed in half done: the kernel killed early, one exercise looping.
-    One lab per course and per batch, so that each fixture stays well inside its test's
-    timeout on a slow machine."""
+    """One of Labs 2-5 handed in half done: the kernel killed early (Lab 5: one function of
+    its script looping in the training process). One lab per course and per batch, so that
+    each fixture stays well inside its test's timeout on a slow machine."""
     lab = request.param
-    # the loop costs a cell timeout: 22 s, over 3x the longest legitimate cell of these labs
-    # (6.7 s here), so a machine 2.5x slower still finishes every other cell in time
+    # Lab 5's loop costs a cell timeout: 22 s, over 3x the longest legitimate cell of these
+    # labs (6.7 s here), so a machine 2.5x slower still finishes every other cell in time
     settings = "defaults:\n  cell_timeout: 22\n  interrupt_grace: 10\n"
     root, subs = crafted.course(tmp_path_factory.mktemp(f"patchy-{lab}"), [lab], settings)
     crafted.write("patchy", lab, subs, root=root)

@@ -5,6 +5,7 @@ nothing left running), and the committed student release checked against the sou
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 import subprocess
@@ -25,8 +26,8 @@ import crafted  # noqa: E402
 import unprivileged  # noqa: E402
 
 # Every test here may be the one that pays for its lab's module fixtures: the papermill run
-# (up to about 2 minutes on 2 cores, Lab 6) and the course's grading (up to about 3 minutes,
-# Lab 4). 900 s is a hang guard with room for a machine 2.5x slower, not a speed limit.
+# and the course's grading, at once (about 2.5 minutes on 2 cores, Lab 4). 900 s is a hang
+# guard with room for a machine 2.5x slower, not a speed limit.
 pytestmark = [pytest.mark.notebook, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,10 +127,35 @@ def student():
 
 
 @pytest.fixture(scope="module")
-def ci_run(lab, student, tmp_path_factory):
+def both_runs(lab, student, tmp_path_factory):
+    """A lab's papermill CI run (in a thread) and its course's grading (here), at once: each
+    keeps about one of the machine's two cores busy (Lab 6's CI run: 0.84 core on average,
+    the rest of its time waiting on processes starting, emulated links and timeouts), so
+    together they take about the longer one's time instead of the sum. Nothing either asserts
+    is a speed (the grading's throughput test compares the student's script with the
+    reference, interleaved, under the same load). Each returns what it made, or its error,
+    for its own tests."""
+    temp_before = _lab_temp_files()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"ci-{lab}") as pool:
+        ci = pool.submit(_ci_run, lab, student, tmp_path_factory)
+        try:
+            graded = _course(lab, tmp_path_factory)
+        except Exception as exc:  # noqa: BLE001 (raised again by the course fixture, for its tests)
+            graded = exc
+        concurrent.futures.wait([ci])
+    left = sorted(_lab_temp_files() - temp_before)
+    assert not left, f"the lab left these in the temporary directory: {left}"
+    return ci, graded
+
+
+@pytest.fixture(scope="module")
+def ci_run(both_runs):
     """(the run's process, its --out folder, who ran it: a user name, or None for this
     process's own user). AS_STUDENT's labs run as ``student`` where this process is root."""
-    temp_before = _lab_temp_files()
+    return both_runs[0].result()
+
+
+def _ci_run(lab, student, tmp_path_factory):
     args = ["-m", "lab_utils.run_labs", "--labs", lab[:2], "--no-progress"]
     if lab in AS_STUDENT and not isinstance(student, str):
         out = student.home / f"run-{lab}"  # the user's own HOME: root's pytest folders are closed to it
@@ -142,8 +168,6 @@ def ci_run(lab, student, tmp_path_factory):
         )
         who = None
     _assert_nothing_left(out)
-    left = sorted(_lab_temp_files() - temp_before)
-    assert not left, f"the lab left these in the temporary directory: {left}"
     return proc, out, who
 
 
@@ -224,11 +248,20 @@ def _source(lab: str):
 
 
 @pytest.fixture(scope="module")
-def course(lab, tmp_path_factory):
+def course(both_runs):
+    """(the course's root, the scores): see :func:`_course`."""
+    graded = both_runs[1]
+    if isinstance(graded, Exception):
+        raise graded
+    return graded
+
+
+def _course(lab, tmp_path_factory):
     """A temporary course: release, then autograde the release with the instructor's
-    solutions filled in (as 'solution') and the bare release, vandalised (as 'blank'): a
-    test cell emptied, another deleted, a process and a TF server left running, the
-    kernel killed (cheap on a blank notebook, so every lab's grading meets them).
+    solutions filled in (as 'solution') and the bare release, vandalised (as 'blank'): its
+    experiment cells deleted, a test cell emptied, another deleted, a process and a TF
+    server left running, the kernel killed (cheap on a blank notebook, so every lab's
+    grading meets them).
 
     Labs 2-5: the 'solution' is the instructor's, except that its training script reports
     50x its speed (crafted 'forged'). One grading then shows both what the source earns
