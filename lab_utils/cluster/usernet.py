@@ -23,6 +23,7 @@ stderr and exits 1.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -95,7 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    for folder in spec.get("tmp", []):  # the hosts' TMPDIRs: a SIGKILLed kernel removes nothing
+        shutil.rmtree(folder, onerror=_gone_is_fine)
     return 0
+
+
+def _gone_is_fine(function, path, exc_info) -> None:
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
 
 
 if __name__ == "__main__":

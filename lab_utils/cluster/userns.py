@@ -122,6 +122,7 @@ class UserNetwork(Network):
         self.subnet = pick_subnet([])
         addresses = [f"{self.address(i)}/{self.subnet.prefixlen}" for i in range(self.n_hosts)]
         spec = {"addresses": addresses, "netem": netem_args, "tbf": tbf_args}
+        spec["tmp"] = [str(host_tmp(name)) for name in self.hosts]  # removed by the holder when it ends
         cmd = ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-m", "lab_utils.cluster.usernet"]
         try:
             line = _start_holder(self, [*cmd, json.dumps(spec)])
@@ -213,7 +214,9 @@ class PrivateNetwork(Network):
         mapping = ["--map-root-user"] if self.inside_uid0 else ["--map-current-user", "--keep-caps"]
         unshare = ["unshare", *(["--user", *mapping] if self.userns else []), "--net"]
         try:
-            line = _start_holder(self, [*unshare, "sh", "-c", "ip link set lo up && echo ready && exec cat >/dev/null"])
+            # when the pipe closes (destroy, or this process killed): its TMPDIR goes with it
+            script = 'ip link set lo up && echo ready && cat >/dev/null; rm -rf -- "$1"'
+            line = _start_holder(self, [*unshare, "sh", "-c", script, "sh", str(host_tmp(self.hosts[0]))])
             if line != "ready":
                 raise _holder_failed(self.holder, line, f"no private network: `{' '.join(unshare)}` failed")
         except BaseException:
