@@ -144,6 +144,7 @@ class _Batch:
             memory_mb=settings["memory_mb"],
             cpus=settings["cpus"],
             max_processes=settings["max_processes"],
+            disk_mb=settings["disk_mb"],
             network=settings["network"],
             cpu_seconds=int(settings["notebook_timeout"] * settings["cpus"]) + 600,
             isolate=self.isolate,
@@ -172,6 +173,8 @@ class _Batch:
             "uid": KERNEL_UID_BASE + slot if box.isolated else None,
             "hide": hide if box.isolated else [],
             "reference_dir": str(self.root / scripts.REFERENCE_DIR),
+            # the files its notebook writes (%%writefile): the only ones kept beside it
+            "keep": sorted(scripts.writefile_scripts(course.source_notebook(lab, self.root))),
             "keras_home": str(keras) if keras.is_dir() else None,
             "timing_lock": str(self.timing_lock),
         }

@@ -18,12 +18,22 @@ worker, :mod:`lab_utils.grading.worker`, configures it). Over nbgrader it adds:
 - **a turn** (``go_fd``, ``note_fd``: :mod:`lab_utils.grading.gate`): it tells the
   batch it is ready, starts the kernel only when the batch says go, and tells it
   when the kernel is shut down, so the batch can keep ``jobs`` notebooks executing
-  while other sandboxes prepare or finish.
+  while other sandboxes prepare or finish;
+- **a disk limit** (``disk_dir``: the isolated sandbox's size-limited tmpfs, which
+  also holds the kernel's home and ``/tmp``): the notebook's folder is run from
+  there (a bind mount), a cell after which that disk is full, or whose output says
+  "No space left on device", is recorded as the one that reached the limit, and
+  once the kernel is shut down only the lab's own files (``keep_files``, each at most
+  ``file_mb``) come back to the real folder; whatever else the submission wrote goes
+  with the tmpfs.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 from queue import Empty
@@ -33,10 +43,10 @@ from nbclient.util import run_sync
 from nbconvert.preprocessors import Preprocessor
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Float, Integer, Unicode
+from traitlets import Bool, Float, Integer, List, Unicode
 
 from lab_utils.grading.gate import EXECUTED, READY, notify, wait_for_go
-from lab_utils.grading.sandbox import memory_events
+from lab_utils.grading.sandbox import memory_events, pids_refused
 
 __all__ = ["SandboxExecute", "CapOutputBytes", "TIMEOUT_ENAME", "DEAD_ENAME", "NOT_RUN_ENAME"]
 
@@ -107,9 +117,18 @@ class SandboxExecute(Execute):
     go_fd = Integer(-1, help="pipe to wait on for the batch's go before the kernel starts; -1: none").tag(config=True)
     note_fd = Integer(-1, help="pipe to tell the batch 'ready' and 'executed' on; -1: none").tag(config=True)
     memory_mb = Float(0, help="the sandbox's memory limit, named when it kills the kernel; 0: none").tag(config=True)
+    max_processes = Integer(0, help="the sandbox's process limit, named when a cell meets it; 0: none").tag(config=True)
     own_cgroup = Bool(
         False, help="this worker's memory cgroup is the sandbox's own (its OOM kills are the kernel's)"
     ).tag(config=True)
+    disk_dir = Unicode("", help="the sandbox's size-limited tmpfs, its work/ the notebook's folder; '': none").tag(
+        config=True
+    )
+    disk_mb = Float(0, help="that tmpfs's size, named when a cell fills it").tag(config=True)
+    keep_files = List(Unicode(), help="files of the notebook's folder kept after execution (its scripts)").tag(
+        config=True
+    )
+    file_mb = Float(5, help="a kept file larger than this is not kept").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         notify(self.note_fd, READY)
@@ -125,11 +144,69 @@ class SandboxExecute(Execute):
             "the rest of the notebook was still graded",
             "traceback": [f"{TIMEOUT_ENAME}: this cell ran longer than {self.timeout} s and was interrupted"],
         }
+        folder = (resources or {}).get("metadata", {}).get("path") or os.getcwd()
+        self._dropped: dict[str, int] = {}
+        self._disk_peak = 0
+        self._disk_before = ""
+        if self.disk_dir:
+            self._run_from_disk(Path(folder))
         try:
             return super().preprocess(nb, resources, km)
         finally:
+            if self.disk_dir:
+                self._dropped = self._keep_from_disk(Path(folder))
             self._write_record()
             notify(self.note_fd, EXECUTED)
+
+    # ------------------------------------------------------------------ disk
+    def _run_from_disk(self, folder: Path) -> None:
+        """The notebook's folder, copied onto the sandbox's tmpfs and mounted over itself:
+        what the notebook writes there counts against the disk limit."""
+        work = Path(self.disk_dir) / "work"
+        try:
+            shutil.copytree(folder, work, symlinks=True, dirs_exist_ok=True)
+        except (OSError, shutil.Error) as exc:  # the files handed in do not fit: the notebook alone runs
+            for child in list(work.iterdir()):
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+            for nb in folder.glob("*.ipynb"):
+                shutil.copy2(nb, work / nb.name)
+            self._disk_before = f"the files handed in did not fit in {self.disk_mb:g} MB ({exc.__class__.__name__})"
+        _mount("--bind", str(work), str(folder))
+
+    def _keep_from_disk(self, folder: Path) -> dict[str, int]:
+        """Read the lab's own files from the tmpfs (a plain file within ``file_mb``), detach
+        the tmpfs from the folder (lazily: a leaked process may still hold it), and write
+        them into the real folder. Returns ``{name: bytes}`` of those too big to keep."""
+        kept, dropped, cap = {}, {}, int(self.file_mb * 2**20)
+        for name in self.keep_files:
+            f = folder / name
+            if f.is_symlink() or not f.is_file():
+                continue
+            size = f.stat().st_size
+            if size > cap:
+                dropped[name] = size
+                continue
+            kept[name] = f.read_bytes()
+        _mount("-l", str(folder), command="umount")
+        for name, data in kept.items():
+            (folder / name).write_bytes(data)
+        return dropped
+
+    def _disk_full(self, cell) -> bool:
+        """Whether the tmpfs is full after ``cell`` (less than 1 MiB left), or the cell was told
+        so; keeps the most it held after a cell (``disk_peak_mb`` in the record)."""
+        st = os.statvfs(self.disk_dir)
+        self._disk_peak = max(self._disk_peak, (st.f_blocks - st.f_bfree) * st.f_frsize)
+        if st.f_bavail * st.f_frsize < 2**20:
+            return True
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") if out.get("output_type") == "stream" else out.get("evalue", "")
+            if "No space left on device" in str(text):
+                return True
+        return False
 
     # ------------------------------------------------------------------ one cell
     def preprocess_cell(self, cell, resources, index):
@@ -147,6 +224,7 @@ class SandboxExecute(Execute):
             self.timeout = max(1, min(self._cell_timeout, int(self._deadline - time.monotonic()) + 1))
         t0 = time.monotonic()
         memory_before = memory_events() if self.own_cgroup else None
+        refused_before = pids_refused() if self.own_cgroup else None
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
@@ -158,6 +236,11 @@ class SandboxExecute(Execute):
         finally:
             self.timeout = self._cell_timeout
         record["seconds"] = round(time.monotonic() - t0, 3)
+        refused = pids_refused() if refused_before is not None else None
+        if refused is not None and refused > refused_before:  # forks the cgroup's pids.max refused
+            record.update(process_limit=self.max_processes, refused=refused - refused_before)
+        if self.disk_dir and self._disk_full(cell):
+            record.update(disk_limit_mb=self.disk_mb)
         if any(o.get("output_type") == "error" and o.get("ename") == "MemoryError" for o in cell.outputs):
             record.update(cause="memory limit", limit_mb=self.memory_mb)  # RLIMIT_AS (no cgroup), or Python's own
         if any(o.get("output_type") == "error" and o.get("ename") == TIMEOUT_ENAME for o in cell.outputs):
@@ -231,5 +314,14 @@ class SandboxExecute(Execute):
             "execution_s": round(time.monotonic() - self._started, 3),
             "cell_timeout": self._cell_timeout,
             "notebook_timeout": self.notebook_timeout,
+            "dropped_files": getattr(self, "_dropped", {}),
+            "disk_peak_mb": round(getattr(self, "_disk_peak", 0) / 2**20, 1) if self.disk_dir else None,
+            "disk_before": getattr(self, "_disk_before", ""),
         }
         Path(self.record_file).write_text(json.dumps(data, indent=1))
+
+
+def _mount(*args: str, command: str = "mount") -> None:
+    proc = subprocess.run([command, *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{command} {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")

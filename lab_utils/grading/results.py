@@ -121,15 +121,29 @@ def _replace_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest)
 
 
+def _copy_files(src: Path, names: list[str], dest: Path) -> None:
+    """``dest`` made anew with only ``names`` of ``src`` (plain files; a link is not followed)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for name in names:
+        f = src / name
+        if f.is_file() and not f.is_symlink():
+            shutil.copy2(f, dest / name)
+
+
 def install(root: Path, db_url: str, course_id: str, submissions: Path, result: dict) -> None:
     """Merge a graded sandbox into the course: gradebook, submitted/, autograded/, feedback/
-    (the caller holds the batch's lock: one writer)."""
+    (the caller holds the batch's lock: one writer). Into autograded/ go only the files the
+    worker kept (``autograded_files``: the notebook, and the lab's own scripts within their
+    size cap), never what else a submission wrote while it ran."""
     student, lab = result["student"], result["lab"]
     merge(db_url, Path(result["db"]), lab, student, course_id)
     _replace_tree(submissions / student / lab, root / "submitted" / student / lab)
-    _replace_tree(Path(result["autograded"]), root / "autograded" / student / lab)
+    kept = result.pop("autograded_files", None) or [f"{lab}.ipynb"]
+    _copy_files(Path(result["autograded"]), kept, root / "autograded" / student / lab)
     if Path(result["feedback"]).is_dir():
-        _replace_tree(Path(result["feedback"]), root / "feedback" / student / lab)
+        pages = sorted(p.name for p in Path(result["feedback"]).glob("*.html"))  # nbgrader's pages only
+        _copy_files(Path(result["feedback"]), pages, root / "feedback" / student / lab)
         add_flags_to_feedback(root / "feedback" / student / lab, result["flags"])
     for key in ("autograded", "feedback", "db"):
         result.pop(key, None)

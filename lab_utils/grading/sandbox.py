@@ -40,6 +40,7 @@ __all__ = [
     "listening_ports",
     "own_cgroup_v1",
     "memory_events",
+    "pids_refused",
     "quota_ceiling_v1",
     "MARKER",
 ]
@@ -101,6 +102,22 @@ def memory_events(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = _V
         return kills, int((folder / peak).read_text())
     except (OSError, ValueError):
         return kills, None
+
+
+def pids_refused(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = _V1) -> int | None:
+    """How many times this process's pids cgroup refused a new task at its ``pids.max``
+    (``pids.events``' ``max``): what a grading worker reads to name the process limit as the
+    cause of a cell's failed forks. None where there is no such counter."""
+    try:
+        if (root / "cgroup.controllers").is_file():  # v2
+            rel = next(ln[3:] for ln in proc_cgroup.read_text().splitlines() if ln.startswith("0::"))
+            folder = root / rel.lstrip("/")
+        else:
+            folder = own_cgroup_v1("pids", proc_cgroup, root)
+        counters = dict(ln.split() for ln in (folder / "pids.events").read_text().splitlines() if len(ln.split()) == 2)
+        return int(counters["max"])
+    except (OSError, StopIteration, KeyError, ValueError):
+        return None
 
 
 def quota_ceiling_v1(cpu_dir: Path, root: Path = _V1 / "cpu") -> float | None:
@@ -167,6 +184,7 @@ class Sandbox:
         memory_mb: float = 4096,
         cpus: float = 2.0,
         max_processes: int = 512,
+        disk_mb: float | None = None,
         network: str = "loopback",
         cpu_seconds: int | None = None,
         isolate: bool | None = None,
@@ -175,6 +193,7 @@ class Sandbox:
             raise ValueError(f"sandbox name must be a non-empty string without '/', got {name!r}")
         self.name = f"labgrade-{name}-{os.getpid()}"
         self.memory_mb, self.cpus, self.max_processes = memory_mb, cpus, max_processes
+        self.disk_mb = disk_mb  # the worker mounts it (a tmpfs in the sandbox's mount namespace)
         self.network, self.cpu_seconds = network, cpu_seconds
         self.cgroup = cgroup_support() if isolate is not False else None
         if isolate and not self.cgroup:
@@ -195,11 +214,13 @@ class Sandbox:
             net = "network namespace with loopback only" if self.network == "loopback" else "host network"
             return (
                 f"isolated: cgroup {self.cgroup} ({self.cpus:g} CPUs, {self.memory_mb:g} MB without swap, "
-                f"{self.max_processes} processes), {net}, private mounts, unprivileged kernel"
+                f"{self.max_processes} processes), {net}, private mounts"
+                + (f" ({self.disk_mb:g} MB to write: folder, home and /tmp)" if self.disk_mb else "")
+                + ", unprivileged kernel"
             )
         return (
             "process group (not root): own session, CPU-time limit, sweep of descendants and marked processes; "
-            "no memory or process limit, no network isolation, the kernel runs as the grader's user"
+            "no memory, process or disk limit, no network isolation, the kernel runs as the grader's user"
         )
 
     # ------------------------------------------------------------------ cgroups

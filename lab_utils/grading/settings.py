@@ -26,10 +26,21 @@ DEFAULTS = {
     "memory_mb": 4096,
     "cpus": 2.0,
     "max_processes": 512,
+    "disk_mb": 512,
+    "file_mb": 5,
     "network": "loopback",
     "timing": {"rounds": 2, "max_rounds": 4, "noise": 0.10},
 }
-_POSITIVE = ("cell_timeout", "interrupt_grace", "notebook_timeout", "memory_mb", "cpus", "max_processes")
+_POSITIVE = (
+    "cell_timeout",
+    "interrupt_grace",
+    "notebook_timeout",
+    "memory_mb",
+    "cpus",
+    "max_processes",
+    "disk_mb",
+    "file_mb",
+)
 _NETWORK = ("loopback", "host")
 
 

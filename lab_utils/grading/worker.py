@@ -24,6 +24,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,10 +44,19 @@ def _run(*argv: str) -> None:
 
 
 def _isolate(spec: dict, box: Path) -> dict:
-    """Mounts and network of an isolated sandbox; returns the kernel's extra environment."""
+    """Mounts and network of an isolated sandbox; returns the kernel's extra environment.
+    Everything the submission may write (the notebook's folder, the kernel's home and its
+    /tmp) is on one tmpfs of ``disk_mb`` in this mount namespace: it goes with the sandbox."""
     env = {}
     if spec["network"] == "loopback":
         _run("ip", "link", "set", "lo", "up")
+    disk = box / "disk"
+    disk.mkdir()
+    _run("mount", "-t", "tmpfs", "-o", f"size={int(spec['settings']['disk_mb'])}m,mode=0711", "tmpfs", str(disk))
+    for name, mode in (("home", 0o700), ("work", 0o700), ("tmp", 0o1777)):
+        (disk / name).mkdir()
+        os.chown(disk / name, spec["uid"], spec["uid"])
+        (disk / name).chmod(mode)
     shown = box / "shown"
     for name, src in (("reference", spec.get("reference_dir")), ("keras", spec.get("keras_home"))):
         if src and Path(src).is_dir():
@@ -88,10 +98,15 @@ def _expose(needed: list[Path], views: Path) -> None:
         _run("mount", "--rbind", str(view), str(parent))
 
 
-def _kernelspec(box: Path, uid: int) -> Path:
+def _kernelspec(box: Path, uid: int, disk: Path | None, keep: list[str]) -> Path:
     spec_dir = box / "jupyter" / "kernels" / "lab-sandbox"
     spec_dir.mkdir(parents=True)
-    argv = [sys.executable, "-m", "lab_utils.grading.kernel", "--uid", str(uid), "--home", str(box / "home")]
+    home = disk / "home" if disk else box / "home"
+    argv = [sys.executable, "-m", "lab_utils.grading.kernel", "--uid", str(uid), "--home", str(home)]
+    if disk:  # its /tmp and /var/tmp: the disk's tmp, in a mount namespace of the kernel's own
+        argv += ["--tmp", str(disk / "tmp")]
+        for path in [str(box), *keep]:
+            argv += ["--keep", path]
     (spec_dir / "kernel.json").write_text(
         json.dumps({"argv": [*argv, "-f", "{connection_file}"], "display_name": "sandbox", "language": "python"})
     )
@@ -141,8 +156,14 @@ def _config(spec: dict, box: Path, record: Path, lines_file: Path):
     c.SandboxExecute.notebook_timeout = int(s["notebook_timeout"])
     c.SandboxExecute.interrupt_grace = int(s["interrupt_grace"])
     c.SandboxExecute.memory_mb = float(s["memory_mb"])
+    c.SandboxExecute.max_processes = int(s["max_processes"])
     c.SandboxExecute.own_cgroup = bool(spec.get("isolated"))  # else the OOM counter is the grader's, shared
     c.SandboxExecute.record_file = str(record)
+    c.SandboxExecute.keep_files = list(spec.get("keep", []))
+    c.SandboxExecute.file_mb = float(s["file_mb"])
+    if spec.get("isolated"):
+        c.SandboxExecute.disk_dir = str(box / "disk")
+        c.SandboxExecute.disk_mb = float(s["disk_mb"])
     for name in ("go_fd", "note_fd"):  # the batch's gate: the kernel starts on its go
         setattr(c.SandboxExecute, name, int(spec.get("gate", {}).get(name, -1)))
     if spec.get("uid"):
@@ -164,6 +185,9 @@ def grade(spec: dict) -> dict:
     for fd in spec.get("gate", {}).values():  # the batch's pipes: never passed on to the kernel (student code)
         os.set_inheritable(int(fd), False)
     box = Path(spec["box"])
+    # this worker's own temporary files (jupyter_client's kernel connection file, which a
+    # killed worker never removes) in its box, which the batch removes whatever happened
+    tempfile.tempdir = str(box)
     student, lab = spec["student"], spec["lab"]
     root = _course(spec, box)  # before _isolate hides the instructor's course and the submissions
     lines_file = box / "solution-lines.json"  # the reference scripts' solutions, kept from the kernel (0600)
@@ -176,8 +200,11 @@ def grade(spec: dict) -> dict:
     if spec.get("timing_lock"):
         kernel_env["LAB_GRADING_TIMING_LOCK"] = spec["timing_lock"]
     if spec.get("uid"):
-        (box / "home").mkdir(mode=0o700, exist_ok=True)
-        kernel_env["JUPYTER_PATH"] = str(_kernelspec(box, spec["uid"]))
+        disk = box / "disk" if spec.get("isolated") else None
+        if disk is None:
+            (box / "home").mkdir(mode=0o700, exist_ok=True)
+        keep = [spec["timing_lock"]] if spec.get("timing_lock") else []  # every sandbox's, in the batch's folder
+        kernel_env["JUPYTER_PATH"] = str(_kernelspec(box, spec["uid"], disk, keep))
     os.environ.update(kernel_env)
     record = box / "execution.json"
     t = lap("prepare", t0)
@@ -202,6 +229,12 @@ def grade(spec: dict) -> dict:
         where = ", ".join(f"cell {i}" for i in quoted)
         flags.append({"kind": "quoted reference", "detail": f"{where} printed the reference script (not in feedback)"})
     for c in executed["cells"]:
+        where = f"cell {c['index']}" + (f" ({c['grade_id']})" if c.get("grade_id") else "")
+        if c.get("disk_limit_mb"):
+            flags.append({"kind": "disk limit", "detail": f"disk limit {c['disk_limit_mb']:g} MB reached in {where}"})
+        if c.get("process_limit"):
+            detail = f"process limit {c['process_limit']} reached in {where} ({c['refused']:,} new processes refused)"
+            flags.append({"kind": "process limit", "detail": detail})
         if c.get("cause") == "memory limit":
             flags.append({"kind": "memory limit", "detail": _event(c, executed)})
         elif c["status"] in ("timed out", "kernel died"):
@@ -209,8 +242,18 @@ def grade(spec: dict) -> dict:
     cut = record.with_name("cut.json")
     for index, size in (json.loads(cut.read_text()) if cut.is_file() else {}).items():
         flags.append({"kind": "huge output cut", "detail": f"cell {index}: {size:,} bytes over the limit per cell"})
-    if any(c["status"] == "not run" for c in executed["cells"]):
-        flags.append({"kind": "not run", "detail": f"the notebook's {executed['notebook_timeout']} s budget ran out"})
+    if executed.get("disk_before"):
+        flags.append({"kind": "disk limit", "detail": f"before the notebook ran: {executed['disk_before']}"})
+    for name, size in executed.get("dropped_files", {}).items():
+        cap = spec["settings"]["file_mb"]
+        flags.append({"kind": "file not kept", "detail": f"{name}: {size:,} bytes, over the {cap:g} MB cap per file"})
+    not_run = [c for c in executed["cells"] if c["status"] == "not run"]
+    if not_run:
+        budget = executed["notebook_timeout"]
+        detail = (
+            f"notebook timeout {budget} s reached before cell {not_run[0]['index']}: {len(not_run)} cell(s) not run"
+        )
+        flags.append({"kind": "not run", "detail": detail})
     t = lap("account", t)
     course.check(api.generate_feedback(lab, student, force=True), f"generate_feedback {student}/{lab}")
     lap("feedback", t)
@@ -224,11 +267,23 @@ def grade(spec: dict) -> dict:
         "flags": flags,
         "timings": {"worker_s": round(time.monotonic() - t0, 3), "phases": phases, **executed},
         "autograded": str(graded.parent),
+        "autograded_files": [graded.name, *_kept(graded.parent, spec.get("keep", []), spec["settings"]["file_mb"])],
         "feedback": str(root / "feedback" / student / lab),
         "db": str(root / "gradebook.db"),
     }
     Path(spec["result"]).write_text(json.dumps(result, indent=1))
     return result
+
+
+def _kept(folder: Path, names: list[str], file_mb: float) -> list[str]:
+    """Those of ``names`` that are plain files of ``folder`` within ``file_mb``: the files of
+    the autograded folder that go into the course (without root, the kernel wrote there)."""
+    kept = []
+    for name in names:
+        f = folder / name
+        if f.is_file() and not f.is_symlink() and f.stat().st_size <= file_mb * 2**20:
+            kept.append(name)
+    return kept
 
 
 def _readable(submitted: Path, released: Path) -> list[dict]:

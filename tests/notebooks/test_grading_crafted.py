@@ -10,7 +10,10 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -36,6 +39,8 @@ EXPECTED = {
     "loop": (["test_sweep"], "timed out"),
     "exits": ([], "kernel died"),
     "memory": ([], "memory limit"),
+    "disk": ([], "disk limit"),  # its last cell: nothing after it needs the disk it filled
+    "bomb": ([], ("process limit", "leaked process killed")),  # its last cell too
     "hostile": ([], "huge output cut"),  # a student's text and output never make grading fail
     "broken": ("all", "unreadable notebook"),  # graded as the blank release, with the reason
     "tampered": ([], "tampered cell"),
@@ -44,19 +49,29 @@ EXPECTED = {
     "forged": (["test_throughput"], "forged throughput"),
     "snoop": ([], "quoted reference"),
 }
-TWIN = "twin"  # the correct submission again, under another name: graded (and timed) once more
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    # a short cell timeout, so that the endless loop costs 40 s, not 300
-    settings = "defaults:\n  cell_timeout: 40\n  interrupt_grace: 10\n  cpus: 1.0\n"  # as grading/settings.yml
+    # a short cell timeout, so that the endless loop costs 40 s, not 300; 64 MB to write (Lab 1
+    # needs about 1), so that the disk filler fills it in a moment
+    settings = "defaults:\n  cell_timeout: 40\n  interrupt_grace: 10\n  cpus: 1.0\n  disk_mb: 64\n"
     root, subs = crafted.course(tmp_path_factory.mktemp("crafted"), [LAB], settings)
     for kind in [*EXPECTED, "blank"]:
         crafted.write(kind, LAB, subs, root=root)
-    crafted.write("correct", LAB, subs, student=TWIN, root=root)
+    free = shutil.disk_usage(tempfile.gettempdir()).free
     results = batch.autograde(subs, [LAB], root, jobs=2)
-    return root, subs, {r["student"]: r for r in results}
+    return root, subs, {r["student"]: r for r in results}, free
+
+
+def results_flag_lines(result: dict) -> list[str]:
+    from lab_utils.grading.results import flag_lines
+
+    return flag_lines(result["flags"])
+
+
+def _isolated(result: dict) -> bool:
+    return result["provenance"]["sandbox"].startswith("isolated")
 
 
 def _left_running() -> list[str]:
@@ -74,7 +89,7 @@ def _left_running() -> list[str]:
 
 
 def test_every_crafted_submission_gets_its_score_and_flag(graded):
-    root, _, results = graded
+    root, _, results, _ = graded
     points = crafted.test_points(LAB, root)
     full = sum(points.values())
     for kind, (lost, flag) in EXPECTED.items():
@@ -84,7 +99,10 @@ def test_every_crafted_submission_gets_its_score_and_flag(graded):
         auto = sum(c["score"] for c in r["cells"])
         assert auto == full - sum(points[g] for g in lost), (kind, r["cells"])
         kinds = {f["kind"] for f in r["flags"]} - crafted.NOISE_FLAGS
-        assert kinds == ({flag} if flag else set()), (kind, r["flags"])
+        expected = set(flag) if isinstance(flag, tuple) else {flag} - {None}
+        if not _isolated(r):  # no disk or process limit without root (the filler wrote its 900 MB)
+            expected -= {"disk limit", "process limit"}
+        assert kinds == expected, (kind, r["flags"])
         statuses = {c["grade_id"]: c["status"] for c in r["cells"]}
         assert set(statuses) == set(points)  # every test cell accounted for
         assert all(statuses[g] != "passed" for g in lost) and all(
@@ -95,9 +113,15 @@ def test_every_crafted_submission_gets_its_score_and_flag(graded):
 
 
 def test_flags_name_what_happened(graded):
-    _, _, results = graded
+    _, _, results, _ = graded
     detail = {r: " ".join(f["detail"] for f in results[r]["flags"]) for r in EXPECTED}
     assert "sleep 100000" in detail["leaks"] and "listening on port" in detail["leaks"]
+    # hundreds of processes, one line: "leaked process killed ×N: sleep 3600 ×N"
+    (bomb,) = [line for line in results_flag_lines(results["bomb"]) if line.startswith("leaked process killed")]
+    assert re.fullmatch(r"leaked process killed ×\d{3}: sleep 3600 ×\d{3}", bomb), bomb
+    if _isolated(results["bomb"]):
+        assert "process limit 512 reached in cell" in detail["bomb"] and "refused" in detail["bomb"], detail["bomb"]
+        assert "disk limit 64 MB reached in cell" in detail["disk"], detail["disk"]
     assert "kernel died in cell" in detail["exits"] and "re-run" in detail["exits"]
     assert "(sweep)" in detail["loop"] and "40 s cell timeout" in detail["loop"]
     # the memory limit by name, with the cell and the limit: the cgroup's OOM kill (root), or
@@ -116,7 +140,7 @@ def _outputs(root: Path, student: str, lab: str = LAB) -> str:
 
 
 def test_student_code_reads_no_test_no_gradebook_no_other_submission(graded):
-    root, subs, results = graded
+    root, subs, results, _ = graded
     if not results["snoop"]["provenance"]["sandbox"].startswith("isolated"):
         pytest.skip("not root: the process-group sandbox runs the kernel as the grader's own user")
     printed = [line for line in _outputs(root, "snoop").splitlines() if line.startswith("SNOOPED:")]
@@ -131,20 +155,21 @@ def test_student_code_reads_no_test_no_gradebook_no_other_submission(graded):
 
 
 def test_two_gradings_of_one_correct_submission_give_the_same_throughput_band(graded):
-    root, _, results = graded
+    root, _, results, _ = graded
 
     def timing(student):
         line = next(x for x in _outputs(root, student).splitlines() if x.startswith("[grading-timing] "))
         cell = next(c for c in results[student]["cells"] if c["grade_id"] == "test_throughput")
         return json.loads(line.removeprefix("[grading-timing] ")), cell["score"]
 
-    (first, score1), (second, score2) = timing("correct"), timing(TWIN)
+    # "tampered" is the correct submission, its first (visible) test cell emptied: timed again
+    (first, score1), (second, score2) = timing("correct"), timing("tampered")
     assert first["band"] == second["band"] == 0 and score1 == score2, (first, second)
     assert first["student_s"] != second["student_s"]  # two measurements, not one result copied
 
 
 def test_nothing_is_left_running_and_the_course_holds_every_result(graded):
-    root, _, results = graded
+    root, _, results, free = graded
     assert _left_running() == []
     assert leftover_cgroups(os.getpid()) == []  # its cgroups removed
     for student in results:
@@ -157,6 +182,12 @@ def test_nothing_is_left_running_and_the_course_holds_every_result(graded):
         f.stat().st_size for d in ("autograded", "feedback") for f in (root / d / "hostile").rglob("*") if f.is_file()
     )
     assert flood < 10 * 2**20, flood
+    # what the disk filler wrote went with its sandbox: its autograded folder holds its notebook
+    # alone, and the machine's disk has what it had, but for the course's results
+    assert sorted(p.name for p in (root / "autograded" / "disk" / LAB).iterdir()) == [f"{LAB}.ipynb"]
+    course_bytes = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    lost = free - shutil.disk_usage(tempfile.gettempdir()).free
+    assert lost < course_bytes + 10 * 2**20, (lost, course_bytes)
     csv_text = (root / "results" / "grades.csv").read_text()
     assert "leaks,01_single_node,graded,13.0" in csv_text and "leaked process killed" in csv_text
     scores = grading.export_grades(None, root).read_text()  # merged into the course gradebook
@@ -164,7 +195,7 @@ def test_nothing_is_left_running_and_the_course_holds_every_result(graded):
 
 
 def test_a_second_run_resumes_and_a_changed_submission_is_graded_again(graded):
-    root, subs, results = graded
+    root, subs, results, _ = graded
     nb = subs / "partly" / LAB / f"{LAB}.ipynb"
     crafted.write("correct", LAB, subs, student="partly", root=root)  # partly handed in again, now complete
     again = {r["student"]: r for r in batch.autograde(subs, [LAB], root, jobs=2)}

@@ -36,6 +36,7 @@ def test_settings_file_covers_every_lab_and_merges_over_defaults(tmp_path):
     [
         ("defaults:\n  cell_timeot: 5\n", "unknown setting"),
         ("defaults:\n  memory_mb: -1\n", "positive"),
+        ("labs:\n  01_a:\n    disk_mb: 0\n", "disk_mb must be a positive"),
         ("defaults:\n  network: internet\n", "network"),
         ("labs:\n  01_a:\n    timing: {rounds: 5, max_rounds: 2}\n", "rounds"),
         ("- a\n", "expected the mappings"),
@@ -184,6 +185,22 @@ def test_memory_events_are_read_from_the_own_memory_cgroup_v1_and_v2(tmp_path):
     (v2 / "labgrade-0-7" / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n")
     (v2 / "labgrade-0-7" / "memory.peak").write_text("1048576\n")
     assert sandbox.memory_events(proc, v2) == (1, 1048576)
+
+
+def test_forks_refused_at_the_process_limit_are_read_from_the_own_pids_cgroup_v1_and_v2(tmp_path):
+    """The counter that lets a cell's failed forks be blamed on the process limit."""
+    proc = tmp_path / "cgroup"
+    proc.write_text("3:pids:/labgrade-0-7\n0::/labgrade-0-7\n")
+    v1 = tmp_path / "v1"
+    (v1 / "pids" / "labgrade-0-7").mkdir(parents=True)
+    assert sandbox.pids_refused(proc, v1) is None  # no counter: unknown
+    (v1 / "pids" / "labgrade-0-7" / "pids.events").write_text("max 37\n")
+    assert sandbox.pids_refused(proc, v1) == 37
+    v2 = tmp_path / "v2"
+    (v2 / "labgrade-0-7").mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu memory pids\n")
+    (v2 / "labgrade-0-7" / "pids.events").write_text("max 4\n")
+    assert sandbox.pids_refused(proc, v2) == 4
 
 
 def test_a_sandbox_nests_under_the_graders_own_cgroup():
