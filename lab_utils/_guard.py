@@ -14,8 +14,9 @@ middleman, in the spirit of Horovod's ``safe_shell_exec``:
   whole tree: SIGTERM, ``grace`` seconds, SIGKILL;
 - when the command ends by itself, stray descendants are stopped the same way
   and the guard ends the way the command did (same exit code, or same signal);
-- ``--orphan-removes PATH`` (repeatable): files only the parent would have removed (a
-  server's log), removed by the guard once the tree is gone, when the parent died.
+- ``--orphan-removes PATH`` (repeatable): files or folders only the parent would have
+  removed (a server's log, an emulated host's TMPDIR), removed by the guard once the tree
+  is gone, when the parent died.
 
 It imports nothing heavy (no TensorFlow, no NumPy): a few milliseconds of start-up.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,10 +165,7 @@ def run(parent: int, grace: float, cmd: list[str], orphan_removes: tuple[str, ..
     code = child.wait()
     terminate_tree(grace)  # strays the command left behind
     for path in orphan_removes if orphaned else ():
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        _remove(path)
     if code < 0:
         signal.set_wakeup_fd(-1)
         try:
@@ -176,6 +175,22 @@ def run(parent: int, grace: float, cmd: list[str], orphan_removes: tuple[str, ..
         os.kill(os.getpid(), -code)  # end the way the command ended
         return 128 - code
     return code
+
+
+def _remove(path: str) -> None:
+    """Remove a file or a folder tree; what is already gone is fine."""
+
+    def gone_is_fine(function, name, exc_info) -> None:
+        if not isinstance(exc_info[1], FileNotFoundError):
+            raise exc_info[1]
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, onerror=gone_is_fine)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -162,10 +162,12 @@ class Job:
         path.mkdir(parents=True)
         return path
 
-    def _launch(self, task: Task, cmd: list[str], env: dict) -> None:
+    def _launch(self, task: Task, cmd: list[str], env: dict, orphan_removes: Sequence[str] = ()) -> None:
         task.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.use_guard:
             guard = [sys.executable, "-m", "lab_utils._guard", "--parent", str(os.getpid()), "--grace", str(self.grace)]
+            for path in orphan_removes:  # what only this process would remove: its guard does if it dies
+                guard += ["--orphan-removes", path]
             cmd = [*guard, "--", *cmd]
         with open(task.log_path, "ab", buffering=0) as log:
             log.write(f"# {task.name}: {shlex.join(cmd)}\n".encode())

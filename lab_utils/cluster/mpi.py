@@ -371,7 +371,7 @@ class MPIJob(Job):
         env[config.REPORT_DIR] = str(report_dir)
         env.pop(config.REPORT_FILE, None)
         env.pop(config.TASK, None)
-        self._launch(self.tasks[0], cmd, env)
+        self._launch(self.tasks[0], cmd, env, orphan_removes=[extra["TMPDIR"]] if self.network is not None else [])
         task = self.tasks[0]
         if task.poll() is not None and task.exit_code != 0:
             raise self._fail(task, f"exited with code {task.exit_code} at start")

@@ -214,9 +214,7 @@ class PrivateNetwork(Network):
         mapping = ["--map-root-user"] if self.inside_uid0 else ["--map-current-user", "--keep-caps"]
         unshare = ["unshare", *(["--user", *mapping] if self.userns else []), "--net"]
         try:
-            # when the pipe closes (destroy, or this process killed): its TMPDIR goes with it
-            script = 'ip link set lo up && echo ready && cat >/dev/null; rm -rf -- "$1"'
-            line = _start_holder(self, [*unshare, "sh", "-c", script, "sh", str(host_tmp(self.hosts[0]))])
+            line = _start_holder(self, [*unshare, "sh", "-c", "ip link set lo up && echo ready && exec cat >/dev/null"])
             if line != "ready":
                 raise _holder_failed(self.holder, line, f"no private network: `{' '.join(unshare)}` failed")
         except BaseException:

@@ -44,6 +44,7 @@ EXPECTED = {
     "hostile": ([], "huge output cut"),  # a student's text and output never make grading fail
     "broken": ("all", "unreadable notebook"),  # graded as the blank release, with the reason
     "tampered": ([], "tampered cell"),
+    "reordered": ([], None),  # graded as handed in: a test cell still runs after what it tests
     "deleted": ([], "deleted cell"),
     "leaks": ([], "leaked process killed"),
     "forged": (["test_throughput"], "forged throughput"),
