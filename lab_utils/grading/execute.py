@@ -146,7 +146,7 @@ class SandboxExecute(Execute):
         }
         folder = (resources or {}).get("metadata", {}).get("path") or os.getcwd()
         self._dropped: dict[str, int] = {}
-        self._disk_peak = 0
+        self._disk_peak, self._disk_full = 0, False
         self._disk_before = ""
         if self.disk_dir:
             self._run_from_disk(Path(folder))
@@ -195,12 +195,13 @@ class SandboxExecute(Execute):
             (folder / name).write_bytes(data)
         return dropped
 
-    def _disk_full(self, cell) -> bool:
-        """Whether the tmpfs is full after ``cell`` (less than 1 MiB left), or the cell was told
-        so; keeps the most it held after a cell (``disk_peak_mb`` in the record)."""
+    def _disk_filled(self, cell) -> bool:
+        """Whether ``cell`` filled the tmpfs (less than 1 MiB left after it, and not before it),
+        or was told it is full; keeps the most it held after a cell (``disk_peak_mb``)."""
         st = os.statvfs(self.disk_dir)
         self._disk_peak = max(self._disk_peak, (st.f_blocks - st.f_bfree) * st.f_frsize)
-        if st.f_bavail * st.f_frsize < 2**20:
+        was_full, self._disk_full = self._disk_full, st.f_bavail * st.f_frsize < 2**20
+        if self._disk_full and not was_full:
             return True
         for out in cell.get("outputs", []):
             text = out.get("text", "") if out.get("output_type") == "stream" else out.get("evalue", "")
@@ -239,7 +240,7 @@ class SandboxExecute(Execute):
         refused = pids_refused() if refused_before is not None else None
         if refused is not None and refused > refused_before:  # forks the cgroup's pids.max refused
             record.update(process_limit=self.max_processes, refused=refused - refused_before)
-        if self.disk_dir and self._disk_full(cell):
+        if self.disk_dir and self._disk_filled(cell):
             record.update(disk_limit_mb=self.disk_mb)
         if any(o.get("output_type") == "error" and o.get("ename") == "MemoryError" for o in cell.outputs):
             record.update(cause="memory limit", limit_mb=self.memory_mb)  # RLIMIT_AS (no cgroup), or Python's own
