@@ -165,7 +165,7 @@ def run(parent: int, grace: float, cmd: list[str], orphan_removes: tuple[str, ..
     code = child.wait()
     terminate_tree(grace)  # strays the command left behind
     for path in orphan_removes if orphaned else ():
-        _remove(path)
+        remove(path)
     if code < 0:
         signal.set_wakeup_fd(-1)
         try:
@@ -177,15 +177,15 @@ def run(parent: int, grace: float, cmd: list[str], orphan_removes: tuple[str, ..
     return code
 
 
-def _remove(path: str) -> None:
-    """Remove a file or a folder tree; what is already gone is fine."""
+def _gone_is_fine(function, name, exc_info) -> None:
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
 
-    def gone_is_fine(function, name, exc_info) -> None:
-        if not isinstance(exc_info[1], FileNotFoundError):
-            raise exc_info[1]
 
+def remove(path: str | os.PathLike) -> None:
+    """Remove a file or a folder tree; what is already gone (another cleanup first) is fine."""
     if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, onerror=gone_is_fine)
+        shutil.rmtree(path, onerror=_gone_is_fine)
     else:
         try:
             os.unlink(path)

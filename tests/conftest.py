@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -105,11 +104,9 @@ def _tmp_entries() -> set[str]:
 def _own_autograph_files() -> set[str]:
     """The ``tf.function`` sources TensorFlow wrote for THIS process (a unit test that traces
     one in-process): its atexit hook removes them when pytest ends."""
-    return {
-        os.path.basename(getattr(module, "__file__", None) or "")
-        for name, module in list(sys.modules.items())
-        if name.startswith("__autograph_generated_file")
-    }
+    from lab_utils.training.loop import autograph_files
+
+    return {os.path.basename(path) for path in autograph_files()}
 
 
 @pytest.fixture(scope="module", autouse=True)

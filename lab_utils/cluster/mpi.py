@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from lab_utils import config, report, resources
+from lab_utils import _guard, config, report, resources
 from lab_utils.cluster import hosts as hostlib
 from lab_utils.cluster import hvdbuild, hvdrun, netem
 from lab_utils.cluster.job import Job
@@ -77,15 +77,9 @@ def remove_dead_session_dirs(tmp: Path | None = None) -> list[Path]:
         for run in runs:
             pid = run.name.removeprefix("pid.")
             if pid.isdigit() and not psutil.pid_exists(int(pid)):
-                shutil.rmtree(run, onerror=_gone_is_fine)
+                _guard.remove(run)
                 removed.append(run)
     return removed
-
-
-def _gone_is_fine(function, path, exc_info) -> None:
-    """``shutil.rmtree``'s error handler: a file another cleanup removed first is fine."""
-    if not isinstance(exc_info[1], FileNotFoundError):
-        raise exc_info[1]
 
 
 class MPIJob(Job):

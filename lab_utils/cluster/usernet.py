@@ -23,9 +23,10 @@ stderr and exits 1.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
+
+from lab_utils import _guard
 
 _TIMEOUT = 20.0
 
@@ -97,13 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             proc.kill()
             proc.wait()
     for folder in spec.get("tmp", []):  # the hosts' TMPDIRs: a SIGKILLed kernel removes nothing
-        shutil.rmtree(folder, onerror=_gone_is_fine)
+        _guard.remove(folder)
     return 0
-
-
-def _gone_is_fine(function, path, exc_info) -> None:
-    if not isinstance(exc_info[1], FileNotFoundError):
-        raise exc_info[1]
 
 
 if __name__ == "__main__":

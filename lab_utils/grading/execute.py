@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from queue import Empty
@@ -46,7 +45,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Float, Integer, List, Unicode
 
 from lab_utils.grading.gate import EXECUTED, READY, notify, wait_for_go
-from lab_utils.grading.sandbox import memory_events, pids_refused
+from lab_utils.grading.sandbox import memory_events, pids_refused, run_checked
 
 __all__ = ["SandboxExecute", "CapOutputBytes", "TIMEOUT_ENAME", "DEAD_ENAME", "NOT_RUN_ENAME"]
 
@@ -174,7 +173,7 @@ class SandboxExecute(Execute):
             for nb in folder.glob("*.ipynb"):
                 shutil.copy2(nb, work / nb.name)
             self._disk_before = f"the files handed in did not fit in {self.disk_mb:g} MB ({exc.__class__.__name__})"
-        _mount("--bind", str(work), str(folder))
+        run_checked("mount", "--bind", str(work), str(folder))
 
     def _keep_from_disk(self, folder: Path) -> dict[str, int]:
         """Read the lab's own files from the tmpfs (a plain file within ``file_mb``), detach
@@ -190,7 +189,7 @@ class SandboxExecute(Execute):
                 dropped[name] = size
                 continue
             kept[name] = f.read_bytes()
-        _mount("-l", str(folder), command="umount")
+        run_checked("umount", "-l", str(folder))
         for name, data in kept.items():
             (folder / name).write_bytes(data)
         return dropped
@@ -320,9 +319,3 @@ class SandboxExecute(Execute):
             "disk_before": getattr(self, "_disk_before", ""),
         }
         Path(self.record_file).write_text(json.dumps(data, indent=1))
-
-
-def _mount(*args: str, command: str = "mount") -> None:
-    proc = subprocess.run([command, *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{command} {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")

@@ -43,6 +43,7 @@ __all__ = [
     "pids_refused",
     "quota_ceiling_v1",
     "MARKER",
+    "run_checked",
 ]
 
 #: Environment variable every process of a sandbox inherits (its name).
@@ -53,6 +54,13 @@ _CONTROLLERS_V1 = ("memory", "pids", "cpu")
 
 class SandboxError(RuntimeError):
     """The sandbox could not be set up (the grading run is an infrastructure failure)."""
+
+
+def run_checked(*argv: str) -> None:
+    """Run a setup command (``mount``, ``ip``); RuntimeError with its stderr if it fails."""
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
 
 
 def cgroup_support() -> str | None:
@@ -78,6 +86,15 @@ def own_cgroup_v1(controller: str, proc_cgroup: Path = Path("/proc/self/cgroup")
     return root / controller
 
 
+def _own_folder(controller: str, proc_cgroup: Path, root: Path) -> Path:
+    """This process's cgroup folder for ``controller``: v2's one folder, or v1's per controller
+    (StopIteration where v2 lists none)."""
+    if (root / "cgroup.controllers").is_file():  # v2
+        rel = next(ln[3:] for ln in proc_cgroup.read_text().splitlines() if ln.startswith("0::"))
+        return root / rel.lstrip("/")
+    return own_cgroup_v1(controller, proc_cgroup, root)
+
+
 def memory_events(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = _V1) -> tuple[int, int | None] | None:
     """(OOM kills so far, peak bytes or None) of this process's memory cgroup: what a grading
     worker, inside its sandbox's cgroup, reads to tell a kernel the memory limit killed from one
@@ -85,15 +102,9 @@ def memory_events(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = _V
     ``memory.max_usage_in_bytes``; v2: ``memory.events``' ``oom_kill`` and ``memory.peak``.
     None where there is no such counter (no memory cgroup, a kernel before 4.13)."""
     try:
-        if (root / "cgroup.controllers").is_file():  # v2
-            rel = next(ln[3:] for ln in proc_cgroup.read_text().splitlines() if ln.startswith("0::"))
-            folder, events, peak = root / rel.lstrip("/"), "memory.events", "memory.peak"
-        else:
-            folder, events, peak = (
-                own_cgroup_v1("memory", proc_cgroup, root),
-                "memory.oom_control",
-                "memory.max_usage_in_bytes",
-            )
+        folder = _own_folder("memory", proc_cgroup, root)
+        v2 = (root / "cgroup.controllers").is_file()
+        events, peak = ("memory.events", "memory.peak") if v2 else ("memory.oom_control", "memory.max_usage_in_bytes")
         counters = dict(line.split() for line in (folder / events).read_text().splitlines() if len(line.split()) == 2)
         kills = int(counters["oom_kill"])
     except (OSError, StopIteration, KeyError, ValueError):
@@ -109,11 +120,7 @@ def pids_refused(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = _V1
     (``pids.events``' ``max``): what a grading worker reads to name the process limit as the
     cause of a cell's failed forks. None where there is no such counter."""
     try:
-        if (root / "cgroup.controllers").is_file():  # v2
-            rel = next(ln[3:] for ln in proc_cgroup.read_text().splitlines() if ln.startswith("0::"))
-            folder = root / rel.lstrip("/")
-        else:
-            folder = own_cgroup_v1("pids", proc_cgroup, root)
+        folder = _own_folder("pids", proc_cgroup, root)
         counters = dict(ln.split() for ln in (folder / "pids.events").read_text().splitlines() if len(ln.split()) == 2)
         return int(counters["max"])
     except (OSError, StopIteration, KeyError, ValueError):

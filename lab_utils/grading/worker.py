@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,15 +31,10 @@ import nbformat
 
 from lab_utils.grading import course
 from lab_utils.grading.accounting import account, changed_cells, flags_in_outputs, restore_deleted
+from lab_utils.grading.sandbox import run_checked
 from lab_utils.grading.tracebacks import reference_quotes
 
 __all__ = ["main", "grade"]
-
-
-def _run(*argv: str) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
 
 
 def _isolate(spec: dict, box: Path) -> dict:
@@ -49,10 +43,10 @@ def _isolate(spec: dict, box: Path) -> dict:
     /tmp) is on one tmpfs of ``disk_mb`` in this mount namespace: it goes with the sandbox."""
     env = {}
     if spec["network"] == "loopback":
-        _run("ip", "link", "set", "lo", "up")
+        run_checked("ip", "link", "set", "lo", "up")
     disk = box / "disk"
     disk.mkdir()
-    _run("mount", "-t", "tmpfs", "-o", f"size={int(spec['settings']['disk_mb'])}m,mode=0711", "tmpfs", str(disk))
+    run_checked("mount", "-t", "tmpfs", "-o", f"size={int(spec['settings']['disk_mb'])}m,mode=0711", "tmpfs", str(disk))
     for name, mode in (("home", 0o700), ("work", 0o700), ("tmp", 0o1777)):
         (disk / name).mkdir()
         os.chown(disk / name, spec["uid"], spec["uid"])
@@ -61,12 +55,12 @@ def _isolate(spec: dict, box: Path) -> dict:
     for name, src in (("reference", spec.get("reference_dir")), ("keras", spec.get("keras_home"))):
         if src and Path(src).is_dir():
             (shown / name).mkdir(parents=True, exist_ok=True)
-            _run("mount", "--bind", src, str(shown / name))
-            _run("mount", "-o", "remount,bind,ro", str(shown / name))
+            run_checked("mount", "--bind", src, str(shown / name))
+            run_checked("mount", "-o", "remount,bind,ro", str(shown / name))
     _expose([Path(sys.base_prefix), Path(sys.prefix), course.REPO_ROOT], box / "views")
     for path in spec.get("hide", []):
         if Path(path).is_dir():
-            _run("mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", path)
+            run_checked("mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", path)
     shown.chmod(0o755)
     if (shown / "keras").is_dir():
         env["KERAS_HOME"] = str(shown / "keras")
@@ -92,10 +86,10 @@ def _expose(needed: list[Path], views: Path) -> None:
         view.mkdir(parents=True)
         for child in sorted(children):
             (view / child).mkdir()
-            _run("mount", "--bind", str(parent / child), str(view / child))
+            run_checked("mount", "--bind", str(parent / child), str(view / child))
         view.chmod(0o711)
         views.chmod(0o711)
-        _run("mount", "--rbind", str(view), str(parent))
+        run_checked("mount", "--rbind", str(view), str(parent))
 
 
 def _kernelspec(box: Path, uid: int, disk: Path | None, keep: list[str]) -> Path:

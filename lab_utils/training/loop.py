@@ -42,6 +42,7 @@ __all__ = [
     "report_result",
     "cluster_examples_per_sec",
     "parse_or_raise",
+    "autograph_files",
     "quick_exit",
 ]
 
@@ -249,15 +250,23 @@ def parse_or_raise(parse: Callable[[], Any], what: Any) -> Any:
 # ----------------------------------------------------------------------------- ending
 
 
+def autograph_files() -> list[str]:
+    """The ``__autograph_generated_file*.py`` TensorFlow wrote for this process's
+    ``tf.function``s (in the temporary directory; its atexit hook removes them)."""
+    return [
+        module.__file__
+        for name, module in list(sys.modules.items())
+        if name.startswith("__autograph_generated_file") and getattr(module, "__file__", None)
+    ]
+
+
 def quick_exit(code: int = 0) -> None:
     """End this task's process now (``os._exit``), from any thread, without TensorFlow's
     teardown, but without leaving behind the ``__autograph_generated_file*.py`` that each
     ``tf.function`` writes to the temporary directory and only an atexit hook removes."""
-    for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None) or ""
-        if name.startswith("__autograph_generated_file") and os.path.basename(path).startswith(name):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+    for path in autograph_files():
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
