@@ -351,6 +351,10 @@ def test_misbehaviour_is_flagged(lab, course):
     assert "sleep 100000" in leaked and "tf.distribute.Server" in leaked
     statuses = {c["grade_id"]: c["status"] for c in result["cells"]}
     assert set(statuses) == set(crafted.test_points(lab, root))  # the deleted cell is back and graded
+    # it filled its disk, flooded its output and wrote its scripts: the course keeps its
+    # capped notebook and the files the lab declares, under 10 MB in all
+    kept = [f for d in ("autograded", "feedback", "results") for f in (root / d / "blank").rglob("*") if f.is_file()]
+    assert 0 < sum(f.stat().st_size for f in kept) < 10 * 2**20, [(str(f), f.stat().st_size) for f in kept]
 
 
 def test_grades_csv_and_feedback(lab, course):
