@@ -195,10 +195,11 @@ class Sandbox:
         network: str = "loopback",
         cpu_seconds: int | None = None,
         isolate: bool | None = None,
+        prefix: str = "labgrade",
     ):
         if not name or "/" in name:
             raise ValueError(f"sandbox name must be a non-empty string without '/', got {name!r}")
-        self.name = f"labgrade-{name}-{os.getpid()}"
+        self.name = f"{prefix}-{name}-{os.getpid()}"
         self.memory_mb, self.cpus, self.max_processes = memory_mb, cpus, max_processes
         self.disk_mb = disk_mb  # the worker mounts it (a tmpfs in the sandbox's mount namespace)
         self.network, self.cpu_seconds = network, cpu_seconds
@@ -283,15 +284,6 @@ class Sandbox:
         if self._proc is not None:
             raise SandboxError(f"sandbox {self.name} already runs pid {self._proc.pid}")
         env = {**(env if env is not None else os.environ), MARKER: self.name}
-        procs, cpu_seconds = self._procs_files(), self.cpu_seconds
-
-        def enter():  # runs in the child before exec: join the cgroup, set limits
-            for f in procs:
-                f.write_text(str(os.getpid()))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            if cpu_seconds and not procs:
-                resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
-
         with open(log, "ab") as out:
             self._proc = subprocess.Popen(
                 self.command(argv),
@@ -302,9 +294,19 @@ class Sandbox:
                 cwd=cwd,
                 start_new_session=True,
                 pass_fds=tuple(pass_fds),
-                preexec_fn=enter,  # noqa: PLW1509 (the grader's own, single-purpose child)
+                preexec_fn=self.enter,  # noqa: PLW1509 (the grader's own, single-purpose child)
             )
         return self._proc
+
+    def enter(self) -> None:
+        """Join this sandbox and take its limits: what a child runs before exec (``start``'s,
+        or another launcher's preexec function, e.g. the Hub's spawner)."""
+        procs = self._procs_files()
+        for f in procs:
+            f.write_text(str(os.getpid()))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if self.cpu_seconds and not procs:
+            resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds))
 
     def wait(self, timeout: float) -> int | None:
         """The worker's exit code, or None when it ran past ``timeout`` (then it is killed)."""
