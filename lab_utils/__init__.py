@@ -15,6 +15,8 @@ imports TensorFlow). Generic layers first; they never import ``training`` or ``g
 - ``plots``: every figure
 - ``training``: lab-specific training code, one module per technique (``training.ps``,
   ``training.ps_runs``: parameter-server training, Labs 2-3)
+- ``hub``: a class on JupyterHub: ``hand_in()`` and ``feedback()`` for students, the hand-in
+  service, collecting and returning for the instructor, a spawner with the class's limits
 - ``grading``: helpers used by nbgrader test cells (clamped partial credit, ratios) and the
   course operations (release, autograde, feedback, reference scripts)
 """
@@ -36,6 +38,7 @@ _SUBMODULES = {
     "display",
     "plots",
     "grading",
+    "hub",
     "run_labs",
     "models",
     "training",

@@ -40,6 +40,12 @@ VARIABLES = {
         Var("LABS_RESULTS_FILE", None, "set by run_labs: where a notebook's record() goes"),
         Var("LABS_HEADLESS", None, "1: nobody watches (static figures), 0: a person does (live widgets)"),
         Var(
+            "LABS_HANDIN_URL",
+            None,
+            "the class's hand-in service, e.g. http://127.0.0.1:8000/services/handin/ (set by the Hub's spawner): "
+            "where lab_utils.hub.hand_in() sends a notebook",
+        ),
+        Var(
             "LABS_ALLOW_EXPOSED",
             None,
             "1: start TF clusters even where no private network can be made and their servers are reachable "
@@ -56,6 +62,7 @@ RUN_DIR, TASK, REPORT_FILE, REPORT_DIR, JOB = (
     "LABS_JOB",
 )
 RESULTS_FILE, HEADLESS, ALLOW_EXPOSED = "LABS_RESULTS_FILE", "LABS_HEADLESS", "LABS_ALLOW_EXPOSED"
+HANDIN_URL = "LABS_HANDIN_URL"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

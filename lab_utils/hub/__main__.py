@@ -1,0 +1,54 @@
+"""``python -m lab_utils.hub``: the instructor's side of the hand-in service (and a student's, in a terminal).
+
+python -m lab_utils.hub collect 02_ps_async submitted/       # last hand-in of each student
+python -m lab_utils.hub return 02_ps_async grading/feedback  # each student's feedback pages
+python -m lab_utils.hub hand-in labs/02_ps_async/02_ps_async.ipynb
+python -m lab_utils.hub feedback 02_ps_async
+python -m lab_utils.hub whoami
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import client
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m lab_utils.hub", description="the class's hand-in service, from a Hub server"
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("collect", help="instructor: each student's last hand-in of LAB into DEST/<student>/<lab>/")
+    p.add_argument("lab")
+    p.add_argument("dest")
+    p = sub.add_parser("return", help="instructor: the pages under FEEDBACK/<student>/<lab>/ to each student")
+    p.add_argument("lab")
+    p.add_argument("feedback")
+    p = sub.add_parser("hand-in", help="hand in a notebook (as saved)")
+    p.add_argument("notebook")
+    p = sub.add_parser("feedback", help="your feedback for LAB, into ~/feedback/LAB")
+    p.add_argument("lab")
+    sub.add_parser("whoami", help="who the service takes you for, and the open labs")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "collect":
+            client.collect(args.lab, args.dest)
+        elif args.cmd == "return":
+            client.return_feedback(args.lab, args.feedback)
+        elif args.cmd == "hand-in":
+            client.hand_in(args.notebook)
+        elif args.cmd == "feedback":
+            client.feedback(args.lab)
+        else:
+            print(json.dumps(client.whoami(), indent=1))
+    except client.HandInRefused as exc:
+        print(f"hub: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
