@@ -85,6 +85,20 @@ if [ "$TESTS" = 1 ] && ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/ssh
   if [ "$own_policy" = 1 ]; then rm -f "$policy"; fi
 fi
 
+# ---- configurable-http-proxy for the JupyterHub test (tests/process/test_hub.py; optional) ---
+# JupyterHub's proxy is a Node.js program from npm, installed into .tools/chp (no root needed).
+CHP_VERSION=5.3.0
+CHP=$ROOT/.tools/chp/node_modules/.bin/configurable-http-proxy
+if [ "$TESTS" = 1 ] && [ ! -x "$CHP" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    say "installing configurable-http-proxy $CHP_VERSION (npm) into .tools/chp for the JupyterHub test"
+    npm install --silent --no-audit --no-fund --prefix "$ROOT/.tools/chp" "configurable-http-proxy@$CHP_VERSION" >/dev/null 2>&1 \
+      || say "configurable-http-proxy could not be installed: the JupyterHub test will be skipped (it says why)"
+  else
+    say "no npm (Node.js): the JupyterHub test will be skipped (it says why)"
+  fi
+fi
+
 # ---- The virtual environment -------------------------------------------------------
 rm -f "$STAMP"
 if [ -x "$VENV/bin/python" ] && ! is_py311 "$VENV/bin/python"; then

@@ -1,0 +1,156 @@
+"""A class on a real JupyterHub (tests/fixtures/hub.py): a real Hub and proxy, three students
+and an instructor who are real Unix users, each server started by LimitedSpawner as its user
+in a cgroup of the class's limits, and the hand-in service. Students hand in from their
+kernels; the instructor collects and returns feedback from theirs; no student can read,
+overwrite or signal another's work; when the Hub stops nothing of theirs is left (processes,
+users, cgroups, files)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+import hub as local_hub  # noqa: E402
+
+from lab_utils.grading.sandbox import own_cgroup_v1  # noqa: E402
+
+pytestmark = pytest.mark.process
+
+NB = {
+    "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": "x = 1"}],
+    "metadata": {},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+
+def _labhub_cgroups() -> list[Path]:
+    found = []
+    for ctrl in ("memory", "pids", "cpu"):
+        try:
+            found += own_cgroup_v1(ctrl).glob("labhub-*")
+        except OSError:
+            continue
+    return found + list(Path("/sys/fs/cgroup").glob("labhub-*"))
+
+
+@pytest.fixture(scope="module")
+def hub():
+    before = _labhub_cgroups()
+    made = local_hub.start(students=3)
+    if isinstance(made, str):
+        pytest.skip(made)
+    yield made
+    left = made.close()
+    made._unprivileged.cleanup()
+    assert left == [], left
+    assert _labhub_cgroups() == before, "cgroups left by the students' servers"
+
+
+def _server_pid(hub, name) -> int:
+    import psutil
+
+    for p in psutil.process_iter(["pid", "uids", "cmdline"]):
+        if (
+            p.info["uids"]
+            and p.info["uids"].real == hub.users[name].uid
+            and "jupyterhub.singleuser" in " ".join(p.info["cmdline"] or [])
+        ):
+            return p.pid
+    raise AssertionError(f"no server process of {name}: {hub.processes_of(name)}")
+
+
+def test_each_students_server_runs_as_that_user_within_the_class_limits(hub):
+    a = hub.students[0]
+    with hub.running(a):
+        _check_server(hub, a)
+
+
+def _check_server(hub, a):
+    pid = _server_pid(hub, a)
+    groups = Path(f"/proc/{pid}/cgroup").read_text()
+    assert "labhub-" in groups, groups
+    limits = [
+        int((p / f).read_text())
+        for p in _labhub_cgroups()
+        if p.name.startswith(f"labhub-{a}-")
+        for f in ("memory.limit_in_bytes", "memory.max")
+        if (p / f).exists()
+    ]
+    assert limits == [2**30], limits
+    out = hub.run_code(a, "import os; print(os.getuid(), os.path.expanduser('~'))")
+    assert out.split() == [str(hub.users[a].uid), str(hub.users[a].home)]
+
+
+def test_students_hand_in_from_their_kernels_and_see_only_their_own_feedback(hub):
+    a, b, c = hub.students
+    prof = hub.instructors[0]
+    with hub.running(a, b, c, prof):
+        _hand_in_collect_return(hub, a, b, c, prof)
+
+
+def _hand_in_collect_return(hub, a, b, c, prof):
+    for name in (a, b):
+        nb = {**NB, "cells": [{**NB["cells"][0], "source": f"who = {name!r}"}]}
+        hub.upload(name, "01_single_node.ipynb", nb)
+        out = hub.run_code(name, "from lab_utils.hub import hand_in; r = hand_in()", notebook="01_single_node.ipynb")
+        assert f"Handed in 01_single_node.ipynb for 01_single_node as {name} at" in out, out
+    # the instructor collects from their own kernel, grades elsewhere, and returns feedback
+    code = (
+        "from lab_utils.hub import collect, return_feedback\n"
+        "import pathlib\n"
+        "got = collect('01_single_node', 'submitted')\n"
+        "for r in got:\n"
+        "    f = pathlib.Path('feedback', r.student, '01_single_node'); f.mkdir(parents=True)\n"
+        "    (f / '01_single_node.html').write_text(f'<p>for {r.student} only</p>')\n"
+        "print(sorted(return_feedback('01_single_node', 'feedback')))\n"
+    )
+    out = hub.run_code(prof, code)
+    assert "collected 01_single_node: 2 hand-in(s)" in out and str(sorted([a, b])) in out, out
+    got = json.loads((hub.users[prof].home / "submitted" / a / "01_single_node" / "01_single_node.ipynb").read_text())
+    assert "".join(got["cells"][0]["source"]) == f"who = {a!r}"
+    for name in (a, b):
+        out = hub.run_code(
+            name, "from lab_utils.hub import feedback; [print(p.read_text()) for p in feedback('01_single_node')]"
+        )
+        assert f"<p>for {name} only</p>" in out and out.count("only") == 1, out
+    # a student is no instructor, and has nothing to fetch before handing in
+    out = hub.run_code(
+        c,
+        "from lab_utils.hub import feedback, collect, HandInRefused\nprint(feedback('01_single_node'))\ntry:\n    collect('01_single_node', 'x')\nexcept HandInRefused as e:\n    print(e)",
+    )
+    assert "No feedback for 01_single_node yet." in out and "is not an instructor" in out, out
+
+
+def test_no_student_reaches_another_students_work(hub):
+    a, b = hub.students[:2]
+    with hub.running(a, b):
+        _reach(hub, a, b)
+
+
+def _reach(hub, a, b):
+    victim_home, store = hub.users[a].home, hub.store
+    victim_server = _server_pid(hub, a)
+    code = f"""
+import os, signal
+for path in [{str(victim_home)!r}, {str(victim_home / "01_single_node.ipynb")!r}, {str(store)!r}]:
+    try:
+        os.listdir(path) if os.path.isdir(path) else open(path).read()
+        print('READ', path)
+    except (PermissionError, NotADirectoryError) as e:
+        print('refused', type(e).__name__)
+try:
+    os.kill({victim_server}, signal.SIGTERM)
+    print('SIGNALLED')
+except PermissionError:
+    print('refused signal')
+"""
+    out = hub.run_code(b, code)
+    assert "READ" not in out and "SIGNALLED" not in out and out.count("refused") == 4, out
+    # nor through the service: whatever b sends is b's, and b's feedback holds nothing of a's
+    out = hub.run_code(b, "from lab_utils.hub import whoami; print(whoami()['user'])")
+    assert out.strip() == b
