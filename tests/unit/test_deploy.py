@@ -292,11 +292,47 @@ def test_only_instructors_are_offered_the_instructor_image(values):
     assert len(teacher) == 2 and "dl-labs-instructor" in teacher[1]["kubespawner_override"]["image"]
     assert "instructors" in hub["config"]["JupyterHub"]["load_groups"]
     assert values["singleuser"]["defaultUrl"] == "/lab/tree/labs/README.md" and (ROOT / "labs/README.md").is_file()
-    mount = values["singleuser"]["storage"]["extraVolumes"][0]["persistentVolumeClaim"]["claimName"]
-    pvc = yaml.safe_load((DEPLOY / "jupyterhub" / "exchange-pvc.yaml").read_text())
-    assert pvc["kind"] == "PersistentVolumeClaim" and pvc["metadata"]["name"] == mount
-    assert "ReadWriteMany" in pvc["spec"]["accessModes"]
     assert values["cull"]["enabled"] is True and values["cull"]["timeout"] <= 3600
+
+
+def test_hand_ins_go_to_the_service_and_no_volume_is_shared_between_students(values, monkeypatch):
+    """The hand-in service (deploy/jupyterhub/handin.yaml) is the only pod that mounts the store;
+    the Hub learns of it, every user may use it, only instructors' tokens may grade, and students'
+    servers are told where it is (lab_utils.hub.hand_in)."""
+    from lab_utils.hub.service import GRADE_SCOPE
+
+    single = values["singleuser"]
+    assert "extraVolumes" not in single["storage"] and "extraVolumeMounts" not in single["storage"]
+    assert single["extraEnv"]["LABS_HANDIN_URL"] == "http://proxy-public/services/handin/"
+    c = SimpleNamespace(JupyterHub=SimpleNamespace(services=[], load_roles=[]), KubeSpawner=SimpleNamespace())
+    monkeypatch.setenv("HANDIN_API_TOKEN", "t0ken")
+    exec(compile(values["hub"]["extraConfig"]["20-handin-service"], "values.yaml:extraConfig", "exec"), {"c": c})  # noqa: S102
+    assert c.JupyterHub.services == [{"name": "handin", "url": "http://handin:8080", "api_token": "t0ken"}]
+    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
+    assert "access:services!service=handin" in roles["user"]["scopes"] and "self" in roles["user"]["scopes"]
+    assert roles["handin-instructor"] == {
+        "name": "handin-instructor",
+        "scopes": [GRADE_SCOPE],
+        "groups": ["instructors"],
+    }
+    assert GRADE_SCOPE in c.JupyterHub.custom_scopes and GRADE_SCOPE in c.KubeSpawner.server_token_scopes
+    token_ref = values["hub"]["extraEnv"]["HANDIN_API_TOKEN"]["valueFrom"]["secretKeyRef"]
+    docs = list(yaml.safe_load_all((DEPLOY / "jupyterhub" / "handin.yaml").read_text()))
+    kinds = {d["kind"]: d for d in docs}
+    assert set(kinds) == {"PersistentVolumeClaim", "Deployment", "Service"}
+    pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["JUPYTERHUB_API_TOKEN"]["valueFrom"]["secretKeyRef"] == token_ref  # the one the Hub knows
+    assert env["JUPYTERHUB_SERVICE_URL"]["value"].endswith(":8080") and kinds["Service"]["metadata"]["name"] == "handin"
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == kinds["PersistentVolumeClaim"]["metadata"]["name"]
+    assert kinds["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteOnce"]  # this pod alone
+    # the command and its labs parse as the service's own command line does
+    from lab_utils.hub.service import parse_lab
+
+    labs = [parse_lab(a.split("=", 1)[1]) for a in container["args"]]
+    assert [lab for lab, _ in labs] == sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir())
+    assert container["command"][:3] == ["python", "-m", "lab_utils.hub.service"]
 
 
 def test_the_values_validate_against_the_charts_schema(values):
