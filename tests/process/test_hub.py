@@ -8,6 +8,7 @@ users, cgroups, files)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -154,3 +155,48 @@ except PermissionError:
     # nor through the service: whatever b sends is b's, and b's feedback holds nothing of a's
     out = hub.run_code(b, "from lab_utils.hub import whoami; print(whoami()['user'])")
     assert out.strip() == b
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_fix_pushed_mid_term_reaches_a_student_who_started_without_losing_a_cell(hub):
+    """The class's public repository (make student-repo), pulled into a student's home with an
+    nbgitpuller link; the student writes in Lab 2; the instructor fixes a typo in Lab 2's text and
+    publishes; the student opens the link again: the fix is there and so is every cell they wrote."""
+    import nbformat
+
+    from lab_utils.grading import student_repo
+
+    public = hub.base / "public" / "course-labs"
+    student_repo.write(public)
+    subprocess.run(["chmod", "-R", "a+rX", str(hub.base / "public")], check=True)
+    lab = "labs/02_ps_async/02_ps_async.ipynb"
+    a = hub.students[0]
+    with hub.running(a):
+        hub.git_pull(a, str(public), "course-labs")
+        mine = hub.request("GET", f"/user/{a}/api/contents/course-labs/{lab}", token=hub.users[a].token)["content"]
+        solution = next(c for c in mine["cells"] if c["metadata"].get("nbgrader", {}).get("solution"))
+        solution["source"] = "# my own answer, written in week 2\nanswer = 42"
+        hub.upload(a, f"course-labs/{lab}", mine)
+        # the instructor's fix: a word in the lab's first text cell, published as make student-repo commits it
+        nb = nbformat.read(public / lab, as_version=4)
+        first = next(c for c in nb.cells if c.cell_type == "markdown")
+        first.source = (
+            first.source.replace("\n", " (corrected)\n", 1) if "\n" in first.source else first.source + " (corrected)"
+        )
+        nbformat.write(nb, public / lab)
+        _git(public, "-c", "user.name=instructor", "-c", "user.email=i@example.org", "commit", "-qam", "Lab 2: typo")
+        hub.git_pull(a, str(public), "course-labs")
+        after = nbformat.reads(
+            json.dumps(
+                hub.request("GET", f"/user/{a}/api/contents/course-labs/{lab}", token=hub.users[a].token)["content"]
+            ),
+            as_version=4,
+        )
+    assert any("(corrected)" in c.source for c in after.cells if c.cell_type == "markdown"), "the fix did not arrive"
+    assert any(c.source == "# my own answer, written in week 2\nanswer = 42" for c in after.cells), (
+        "the student's cell was lost"
+    )
+    assert len(after.cells) == len(nb.cells)

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import urllib.parse
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -219,6 +220,11 @@ def test_the_start_hook_copies_the_labs_once_and_never_over_a_students_work(tmp_
     run()
     assert (home / "labs/01_x/01_x.ipynb").read_text() == "my work"  # never overwritten
     assert (home / "labs/02_y/02_y.ipynb").read_text() == "new lab"  # a lab added later arrives
+    other = tmp_path / "pulled"  # a class whose labs come with nbgitpuller: nothing is copied
+    other.mkdir()
+    env = {"HOME": str(other), "PATH": os.environ["PATH"], "LABS_COPY_LABS": "0"}
+    subprocess.run(["bash", "-c", script], env=env, check=True)
+    assert list(other.iterdir()) == []
 
 
 # ---------------------------------------------------------------------- JupyterHub
@@ -291,7 +297,12 @@ def test_only_instructors_are_offered_the_instructor_image(values):
     teacher = offered("instructors")
     assert len(teacher) == 2 and "dl-labs-instructor" in teacher[1]["kubespawner_override"]["image"]
     assert "instructors" in hub["config"]["JupyterHub"]["load_groups"]
-    assert values["singleuser"]["defaultUrl"] == "/lab/tree/labs/README.md" and (ROOT / "labs/README.md").is_file()
+    # the course map, in the public repository that nbgitpuller pulls into each home
+    url = urllib.parse.urlsplit(values["singleuser"]["defaultUrl"])
+    query = dict(urllib.parse.parse_qsl(url.query))
+    assert url.path == "/git-pull" and query["branch"] == "main" and query["repo"].startswith("https://")
+    assert query["urlpath"] == f"lab/tree/{query['targetpath']}/labs/README.md" and (ROOT / "labs/README.md").is_file()
+    assert values["singleuser"]["extraEnv"]["LABS_COPY_LABS"] == "0"  # no second copy from the image
     assert values["cull"]["enabled"] is True and values["cull"]["timeout"] <= 3600
 
 
