@@ -52,8 +52,8 @@ autograde: setup  ## grade SUBMISSIONS=folder (<student>/<lab>/<lab>.ipynb), eac
 	@test -n "$(SUBMISSIONS)" || { echo "autograde: give the folder of submissions: make autograde SUBMISSIONS=path (<student>/<lab>/<lab>.ipynb)" >&2; exit 2; }
 	$(PY) -m lab_utils.grading --root $(COURSE) autograde $(SUBMISSIONS) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 1,$(REGRADE)),--regrade)
 
-grades: setup  ## export the gradebook to grading/grades.csv
-	$(PY) -m lab_utils.grading --root $(COURSE) export --csv $(COURSE)/grades.csv
+grades: setup  ## export the gradebook to grading/grades.csv (LMS=canvas or moodle: grading/<lms>.csv for that LMS's import)
+	$(PY) -m lab_utils.grading --root $(COURSE) export $(if $(LMS),--lms $(LMS) --csv $(COURSE)/$(LMS).csv,--csv $(COURSE)/grades.csv)
 
 feedback: setup  ## generate feedback HTML for autograded submissions
 	$(PY) -m lab_utils.grading --root $(COURSE) feedback

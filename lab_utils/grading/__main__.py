@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--regrade", action="store_true", help="grade again even what is unchanged since its last grading")
     p = sub.add_parser("export", help="write grades to CSV")
-    p.add_argument("--csv", default=None, help="output file (default: grading/grades.csv)")
+    p.add_argument("--csv", default=None, help="output file (default: grading/grades.csv, or grading/<lms>.csv)")
+    p.add_argument("--lms", choices=["canvas", "moodle"], default=None, help="the gradebook CSV that LMS imports")
     p = sub.add_parser("feedback", help="generate feedback HTML for autograded submissions")
     p.add_argument("--labs", default="")
     p = sub.add_parser(
@@ -87,7 +88,12 @@ def main(argv=None) -> int:
         elif args.command == "autograde":
             course.autograde(args.submissions, labs, root, jobs=args.jobs, resume=not args.regrade)
         elif args.command == "export":
-            print(f"wrote {course.export_grades(args.csv, root)}")
+            if args.lms:
+                from lab_utils.grading import lms
+
+                print(f"wrote {lms.export(args.csv or root / f'{args.lms}.csv', args.lms, root)}")
+            else:
+                print(f"wrote {course.export_grades(args.csv, root)}")
         elif args.command == "feedback":
             for path in course.feedback(labs, root):
                 print(f"feedback {path}")

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from lab_utils.grading import course, results, scripts
 from lab_utils.grading.gate import EXECUTED, READY, Admission, Gate, Turns
+from lab_utils.grading.late import late_flag, parse_due
 from lab_utils.grading.sandbox import Sandbox, SandboxError, cgroup_support
 from lab_utils.grading.settings import grading_settings
 
@@ -243,6 +244,9 @@ class _Batch:
                 "cells": [],
                 "flags": [],
             }
+        late = late_flag(self.submissions / student / lab, parse_due(settings["due"]))
+        if late:
+            result["flags"].append(late)
         for p in leaked:
             where = f", listening on port(s) {', '.join(map(str, p['listening']))}" if p["listening"] else ""
             what = f"{p['cmdline']}{where}"  # what a process bomb's hundreds of flags have in common

@@ -250,41 +250,53 @@ def autograde(
     return {(r["student"], r["lab"]): r["score"] for r in results}
 
 
-def export_grades(csv_path: Path | str | None = None, root: Path | str = GRADING_ROOT) -> Path:
-    """Write one row per (student, lab) with score, max score, auto score and
-    whether manual grading is still needed, from the Gradebook."""
+def gradebook_rows(root: Path | str = GRADING_ROOT) -> list[dict]:
+    """One row per (student, lab) of the Gradebook: score (auto + manual), max score, the auto
+    score, whether manual grading is still needed, and status (submitted / missing)."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    root = Path(root).resolve()
-    csv_path = Path(csv_path) if csv_path else root / "grades.csv"
-    api = course_api(root)
+    api = course_api(Path(root).resolve())
     rows = []
     with Gradebook(api.coursedir.db_url) as gb:
         for assignment in gb.assignments:
             for student in gb.students:
+                row = {"student_id": student.id, "lab": assignment.name, "max_score": assignment.max_score}
                 try:
                     sub = gb.find_submission(assignment.name, student.id)
                 except MissingEntry:
-                    rows.append([student.id, assignment.name, "", assignment.max_score, "", "", "missing"])
+                    rows.append(
+                        {
+                            **row,
+                            "score": "",
+                            "code_plus_written_score": "",
+                            "needs_manual_grade": "",
+                            "status": "missing",
+                        }
+                    )
                     continue
                 rows.append(
-                    [
-                        student.id,
-                        assignment.name,
-                        sub.score,
-                        sub.max_score,
-                        sub.code_score + sub.written_score,
-                        sub.needs_manual_grade,
-                        "submitted",
-                    ]
+                    {
+                        **row,
+                        "score": sub.score,
+                        "max_score": sub.max_score,
+                        "code_plus_written_score": sub.code_score + sub.written_score,
+                        "needs_manual_grade": sub.needs_manual_grade,
+                        "status": "submitted",
+                    }
                 )
+    return rows
+
+
+def export_grades(csv_path: Path | str | None = None, root: Path | str = GRADING_ROOT) -> Path:
+    """Write :func:`gradebook_rows` to ``csv_path`` (default ``<root>/grades.csv``)."""
+    root = Path(root).resolve()
+    csv_path = Path(csv_path) if csv_path else root / "grades.csv"
+    columns = ["student_id", "lab", "score", "max_score", "code_plus_written_score", "needs_manual_grade", "status"]
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     with open(csv_path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(
-            ["student_id", "lab", "score", "max_score", "code_plus_written_score", "needs_manual_grade", "status"]
-        )
-        w.writerows(rows)
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        w.writerows(gradebook_rows(root))
     return csv_path
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .late import parse_due
+
 __all__ = ["SETTINGS_FILE", "DEFAULTS", "load_settings", "grading_settings"]
 
 SETTINGS_FILE = Path(__file__).resolve().parents[2] / "grading" / "settings.yml"
@@ -30,6 +32,7 @@ DEFAULTS = {
     "file_mb": 5,
     "network": "loopback",
     "timing": {"rounds": 2, "max_rounds": 4, "noise": 0.10},
+    "due": None,  # ISO 8601 with a zone: a submission that arrived later is flagged late (lab_utils.grading.late)
 }
 _POSITIVE = (
     "cell_timeout",
@@ -58,6 +61,11 @@ def _validate(entry: dict, where: str) -> dict:
         value = entry[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{where}: {key} must be a positive number, got {value!r}")
+    try:
+        due = parse_due(entry["due"])
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    entry["due"] = None if due is None else due.isoformat()  # a string: settings are hashed and kept as JSON
     if entry["network"] not in _NETWORK:
         raise ValueError(f"{where}: network must be one of {_NETWORK}, got {entry['network']!r}")
     timing = entry["timing"]

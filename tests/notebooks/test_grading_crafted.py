@@ -7,6 +7,7 @@ a second run resumes without grading anything again, and Ctrl-C stops a batch at
 
 from __future__ import annotations
 
+import csv
 import html
 import json
 import os
@@ -302,8 +303,11 @@ def test_the_instructors_make_commands_round_trip_a_class(tmp_path):
     (on a course of their own: COURSE=, never the repository's gradebook)."""
     import subprocess
 
-    root, subs = crafted.course(tmp_path, [LAB])
+    due = "labs:\n  01_single_node:\n    cpus: 1.0\n    due: 2026-11-01T23:59:00+01:00\n"
+    root, subs = crafted.course(tmp_path, [LAB], settings=due)
     crafted.write("blank", LAB, subs, student="ada", root=root)
+    # handed in 2 h 1 min late, as the hand-in service's collect stamps it (lab_utils.hub)
+    (subs / "ada" / LAB / "timestamp.txt").write_text("2026-11-02 01:00:00.000000 UTC")
     make = ["make", "-s", "-C", str(REPO), f"COURSE={root}"]
 
     def run(*target):
@@ -315,5 +319,15 @@ def test_the_instructors_make_commands_round_trip_a_class(tmp_path):
     assert "ada/01_single_node: 0/" in run("autograde", f"SUBMISSIONS={subs}")
     run("grades")
     assert "ada,01_single_node,0.0" in (root / "grades.csv").read_text()
+    late = "late: handed in 2 h 1 min after the due time (2026-11-01 23:59 +01:00)"
+    assert late in (root / "results" / "grades.csv").read_text()
+    run("grades", "LMS=canvas")
+    canvas = list(csv.reader((root / "canvas.csv").open()))
+    head, col = canvas[0], canvas[0].index(LAB)
+    assert head[:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"] and head[-1] == "Late"
+    assert canvas[1][0] == "Points Possible" and float(canvas[1][col]) > 0
+    ada = dict(zip(head, canvas[2], strict=True))
+    assert ada["SIS Login ID"] == "ada" and ada[LAB] == "0" and ada["Late"] == LAB
+    assert all(ada[lab] == "" for lab in head[5:-1] if lab != LAB)  # not handed in: empty, not 0
     assert "feedback" in run("feedback") and list((root / "feedback" / "ada" / LAB).glob("*.html"))
     assert _left_running() == []
