@@ -59,6 +59,31 @@ def _own_cgroup_v2_path(root: Path) -> Path:
     return root / "sys/fs/cgroup"
 
 
+def _own_cgroup_v1_path(root: Path, base: Path, controller: str) -> Path:
+    """The directory of this process's v1 ``controller`` cgroup under its hierarchy ``base``,
+    or ``base`` when unknown or not visible (a container's namespace shows its own cgroup as
+    the root). A Hub's spawner, Slurm or ``make test-slow`` nest a session below the root."""
+    text = _read(root / "proc/self/cgroup")
+    for line in (text or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and controller in parts[1].split(","):
+            candidate = base / parts[2].lstrip("/")
+            return candidate if candidate.is_dir() else base
+    return base
+
+
+def _tightest(cg: Path, top: Path, read) -> list:
+    """``read(folder)`` for ``cg`` and each parent up to ``top``, the Nones left out."""
+    found = []
+    while True:
+        value = read(cg)
+        if value is not None:
+            found.append(value)
+        if cg == top or top not in cg.parents:
+            return found
+        cg = cg.parent
+
+
 def parse_cpu_max(text: str | None) -> float | None:
     """cgroup v2 ``cpu.max``: ``"max 100000"`` or ``"150000 100000"`` -> cores."""
     if not text:
@@ -91,28 +116,22 @@ def cgroup_limits(root: str | os.PathLike = "/") -> CgroupLimits:
     root = Path(root)
     if (root / "sys/fs/cgroup/cgroup.controllers").exists():
         # v2: walk from our own cgroup up to the root; the tightest limit wins.
-        cg = _own_cgroup_v2_path(root)
-        top = root / "sys/fs/cgroup"
-        cpus, mems = [], []
-        while True:
-            c = parse_cpu_max(_read(cg / "cpu.max"))
-            m = parse_memory(_read(cg / "memory.max"))
-            if c is not None:
-                cpus.append(c)
-            if m is not None:
-                mems.append(m)
-            if cg == top or top not in cg.parents:
-                break
-            cg = cg.parent
+        cg, top = _own_cgroup_v2_path(root), root / "sys/fs/cgroup"
+        cpus = _tightest(cg, top, lambda d: parse_cpu_max(_read(d / "cpu.max")))
+        mems = _tightest(cg, top, lambda d: parse_memory(_read(d / "memory.max")))
         return CgroupLimits(2, min(cpus) if cpus else None, min(mems) if mems else None)
     v1cpu = root / "sys/fs/cgroup/cpu"
     if not v1cpu.exists():
         v1cpu = root / "sys/fs/cgroup/cpu,cpuacct"
     v1mem = root / "sys/fs/cgroup/memory"
     if v1cpu.exists() or v1mem.exists():
-        cpu = parse_v1_cpu(_read(v1cpu / "cpu.cfs_quota_us"), _read(v1cpu / "cpu.cfs_period_us"))
-        mem = parse_memory(_read(v1mem / "memory.limit_in_bytes"))
-        return CgroupLimits(1, cpu, mem)
+        # v1: from this process's own cgroup of each controller up to its hierarchy's root
+        own_cpu, own_mem = _own_cgroup_v1_path(root, v1cpu, "cpu"), _own_cgroup_v1_path(root, v1mem, "memory")
+        cpus = _tightest(
+            own_cpu, v1cpu, lambda d: parse_v1_cpu(_read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us"))
+        )
+        mems = _tightest(own_mem, v1mem, lambda d: parse_memory(_read(d / "memory.limit_in_bytes")))
+        return CgroupLimits(1, min(cpus) if cpus else None, min(mems) if mems else None)
     return CgroupLimits(None, None, None)
 
 
@@ -160,7 +179,7 @@ def _cgroup_memory_used(root: Path) -> int | None:
     if (base / "cgroup.controllers").exists():
         text = _read(_own_cgroup_v2_path(root) / "memory.current")
     else:
-        text = _read(base / "memory/memory.usage_in_bytes")
+        text = _read(_own_cgroup_v1_path(root, base / "memory", "memory") / "memory.usage_in_bytes")
     return int(text) if text and text.isdigit() else None
 
 

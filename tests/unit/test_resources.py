@@ -60,6 +60,34 @@ def test_bad_cpu_limit_is_a_clear_error(tmp_path):
         resources.usable_cores({"CPU_LIMIT": "lots"}, tmp_path)
 
 
+def test_v1_limits_and_use_are_this_process_own_cgroup_when_nested(tmp_path):
+    """On a host (a Hub's spawner, Slurm, make test-slow) a session's v1 cgroup is below the
+    hierarchy's root, whose usage is the whole machine's: its own limit and usage count."""
+    mem, cpu = tmp_path / "sys/fs/cgroup/memory", tmp_path / "sys/fs/cgroup/cpu"
+    own_mem, own_cpu = mem / "hub/labhub-alice", cpu / "labhub-alice"
+    for d in (own_mem, own_cpu):
+        d.mkdir(parents=True)
+    (mem / "memory.limit_in_bytes").write_text("9223372036854771712")
+    (mem / "memory.usage_in_bytes").write_text(str(20 * GiB))  # the machine
+    (mem / "hub" / "memory.limit_in_bytes").write_text(str(8 * GiB))
+    (own_mem / "memory.limit_in_bytes").write_text(str(2 * GiB))
+    (own_mem / "memory.usage_in_bytes").write_text(str(GiB // 2))  # the session
+    (cpu / "cpu.cfs_quota_us").write_text("-1")
+    (cpu / "cpu.cfs_period_us").write_text("100000")
+    (own_cpu / "cpu.cfs_quota_us").write_text("100000")
+    (own_cpu / "cpu.cfs_period_us").write_text("100000")
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text(
+        "9:memory:/hub/labhub-alice\n5:cpu,cpuacct:/labhub-alice\n1:name=systemd:/\n"
+    )
+    assert resources.cgroup_limits(tmp_path) == resources.CgroupLimits(1, 1.0, 2 * GiB)
+    available = resources.available_memory_bytes({"MEM_LIMIT": str(2 * GiB)}, tmp_path)
+    assert available == min(psutil.virtual_memory().available, int(1.5 * GiB))
+    # a container shows its own cgroup as the root: a path that is not there means the root
+    (tmp_path / "proc/self/cgroup").write_text("9:memory:/docker/abc\n5:cpu,cpuacct:/docker/abc\n")
+    assert resources.cgroup_limits(tmp_path) == resources.CgroupLimits(1, None, None)
+
+
 def test_memory_limit_and_available(tmp_path):
     assert resources.memory_limit_bytes({}, FIX / "v2") == 2 * GiB
     assert resources.memory_limit_bytes({"MEM_LIMIT": str(GiB)}, FIX / "v2") == GiB
