@@ -200,3 +200,57 @@ def test_a_fix_pushed_mid_term_reaches_a_student_who_started_without_losing_a_ce
         "the student's cell was lost"
     )
     assert len(after.cells) == len(nb.cells)
+
+
+def test_no_student_connects_to_another_students_running_cluster(hub):
+    """A's cluster (a PS and a worker, in a private network of A's own user namespace) runs while B,
+    from a kernel of B's own on the same machine, tries every one of its ports: all refused."""
+    import threading
+    import time
+
+    fake = Path(__file__).resolve().parents[1] / "fixtures" / "cluster_task.py"
+    a, b = hub.students[:2]
+    home = hub.users[a].home
+    code_a = f"""
+import json, pathlib, time
+from lab_utils.cluster import TFCluster
+home = pathlib.Path.home()
+args = {{"steps": 10**6, "step-time": 0.05}}
+with TFCluster(ps=1, workers=1, script={str(fake)!r}, args=args, memory_per_task=50 * 2**20, progress=False) as c:
+    (home / "cluster.json").write_text(json.dumps({{"kind": c.network.kind, "ports": [t.port for t in c.tasks]}}))
+    deadline = time.monotonic() + 120
+    while not (home / "probed").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+print("cluster ended", c.network.kind)
+"""
+    out_a: dict = {}
+
+    def run_a():
+        try:
+            out_a["out"] = hub.run_code(a, code_a, timeout=240)
+        except RuntimeError as exc:
+            out_a["error"] = exc
+
+    with hub.running(a, b):
+        thread = threading.Thread(target=run_a)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 180
+            while not (home / "cluster.json").exists():
+                assert thread.is_alive() and time.monotonic() < deadline, out_a
+                time.sleep(0.2)  # polling for A's cluster, under a deadline
+            cluster = json.loads((home / "cluster.json").read_text())
+            probe = f"""
+import socket
+for port in {cluster["ports"]!r}:
+    with socket.socket() as s:
+        s.settimeout(5)
+        print(port, "CONNECTED" if s.connect_ex(("127.0.0.1", port)) == 0 else "refused")
+"""
+            out_b = hub.run_code(b, probe)
+        finally:
+            (home / "probed").touch()
+            thread.join(240)
+    assert cluster["kind"] == "private" and len(cluster["ports"]) == 2, cluster
+    assert "CONNECTED" not in out_b and out_b.count("refused") == 2, out_b
+    assert "error" not in out_a and "cluster ended private" in out_a["out"], out_a
