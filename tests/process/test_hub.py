@@ -66,6 +66,7 @@ def _server_pid(hub, name) -> int:
 
 
 def test_each_students_server_runs_as_that_user_within_the_class_limits(hub):
+    """As deploy/single-machine/jupyterhub_config.py sets them: 2 GB (and 1 CPU, 512 tasks)."""
     a = hub.students[0]
     with hub.running(a):
         _check_server(hub, a)
@@ -82,7 +83,7 @@ def _check_server(hub, a):
         for f in ("memory.limit_in_bytes", "memory.max")
         if (p / f).exists()
     ]
-    assert limits == [2**30], limits
+    assert limits == [2 * 2**30], limits  # deploy/single-machine/jupyterhub_config.py's 2G
     out = hub.run_code(a, "import os; print(os.getuid(), os.path.expanduser('~'))")
     assert out.split() == [str(hub.users[a].uid), str(hub.users[a].home)]
 

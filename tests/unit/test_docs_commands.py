@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", "grading/README.md", "deploy/README.md", "labs/README.md"]
-NEEDS = re.compile(r"#\s*needs (Docker|a cluster|a registry|conda)\b")
+NEEDS = re.compile(r"#\s*needs (Docker|a cluster|a registry|conda|the class.s machine)\b")
 #: a documented command (regex, from its start) -> what runs it: "path::test function" or a CI file
 RUN_BY = {
     r"make lab\b": "tests/process/test_make_lab.py::test_make_lab_serves_and_stops_on_ctrl_c",

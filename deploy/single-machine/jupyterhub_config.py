@@ -1,0 +1,55 @@
+# A class on one machine (The Littlest JupyterHub's shape, without systemd): JupyterHub with
+# each student a Unix user, their server kept to the class's limits, and the hand-in service.
+# deploy/README.md, "A class on one machine", walks through a term with it; tests/process/test_hub.py
+# starts a real Hub from this very file (adding only its ports, paths, a test login and a test client).
+#
+# The class's choices, from the environment of the Hub (or edit the defaults here):
+#   LABS_HANDIN_STORE   where hand-ins and feedback are kept (made mode 700, root's)   /srv/handin
+#   LABS_HANDIN_LABS    the labs open for hand-in, NAME or NAME=DUE (ISO 8601 with a zone), spaces between
+#   LABS_INSTRUCTORS    the instructors' user names, commas between (they collect and return feedback)
+#   LABS_HUB_URL        this Hub's address as the students' servers reach it          http://127.0.0.1:8000
+#   LABS_HANDIN_PORT    the hand-in service's port, on loopback (behind the Hub's proxy)  10101
+import os
+import sys
+
+c = get_config()  # noqa: F821 (JupyterHub's config loader defines it)
+
+store = os.environ.get("LABS_HANDIN_STORE", "/srv/handin")
+labs = os.environ.get(
+    "LABS_HANDIN_LABS", "01_single_node 02_ps_async 03_ps_sync 04_allreduce 05_alexnet 06_communication"
+)
+instructors = [u for u in os.environ.get("LABS_INSTRUCTORS", "").split(",") if u]
+hub_url = os.environ.get("LABS_HUB_URL", "http://127.0.0.1:8000")
+port = int(os.environ.get("LABS_HANDIN_PORT", "10101"))
+
+# Students log in with their Unix accounts (PAM, JupyterHub's default). List the class:
+# c.Authenticator.allowed_users = {"alice", "bob"}
+
+# Each student's server runs as their Unix user, in a cgroup of the class's limits
+c.JupyterHub.spawner_class = "lab_utils.hub.spawner.LimitedSpawner"
+c.Spawner.mem_limit = "2G"
+c.Spawner.cpu_limit = 1.0
+c.LimitedSpawner.max_processes = 512
+c.Spawner.default_url = "/lab/tree/labs/README.md"
+c.Spawner.environment = {"LABS_HANDIN_URL": f"{hub_url}/services/handin/"}
+
+# The hand-in service: students are known by their server's Hub token, never by a file's owner
+c.JupyterHub.services = [
+    {
+        "name": "handin",
+        "url": f"http://127.0.0.1:{port}",
+        "command": [sys.executable, "-m", "lab_utils.hub.service", "--store", store]
+        + [f"--lab={lab}" for lab in labs.split()],
+    }
+]
+c.JupyterHub.custom_scopes = {"custom:handin:grade": {"description": "collect hand-ins and return feedback"}}
+c.JupyterHub.load_roles = [
+    {"name": "user", "scopes": ["self", "access:services!service=handin"]},
+    {"name": "instructor", "scopes": ["custom:handin:grade", "access:services!service=handin"], "users": instructors},
+]
+c.Spawner.server_token_scopes = [
+    "users:activity!user",
+    "access:servers!server",
+    "access:services!service=handin",
+    "custom:handin:grade",  # a server's token gets it only when its user holds it: instructors
+]
