@@ -45,6 +45,12 @@ def hub():
     made = local_hub.start(students=3)
     if isinstance(made, str):
         pytest.skip(made)
+    try:
+        made.start_servers([*made.students, *made.instructors])  # once: each test uses them
+    except BaseException:
+        made.close()
+        made._unprivileged.cleanup()
+        raise
     yield made
     left = made.close()
     made._unprivileged.cleanup()
@@ -68,11 +74,6 @@ def _server_pid(hub, name) -> int:
 def test_each_students_server_runs_as_that_user_within_the_class_limits(hub):
     """As deploy/single-machine/jupyterhub_config.py sets them: 2 GB (and 1 CPU, 512 tasks)."""
     a = hub.students[0]
-    with hub.running(a):
-        _check_server(hub, a)
-
-
-def _check_server(hub, a):
     pid = _server_pid(hub, a)
     groups = Path(f"/proc/{pid}/cgroup").read_text()
     assert "labhub-" in groups, groups
@@ -91,11 +92,6 @@ def _check_server(hub, a):
 def test_students_hand_in_from_their_kernels_and_see_only_their_own_feedback(hub):
     a, b, c = hub.students
     prof = hub.instructors[0]
-    with hub.running(a, b, c, prof):
-        _hand_in_collect_return(hub, a, b, c, prof)
-
-
-def _hand_in_collect_return(hub, a, b, c, prof):
     for name in (a, b):
         nb = {**NB, "cells": [{**NB["cells"][0], "source": f"who = {name!r}"}]}
         hub.upload(name, "01_single_node.ipynb", nb)
@@ -130,11 +126,6 @@ def _hand_in_collect_return(hub, a, b, c, prof):
 
 def test_no_student_reaches_another_students_work(hub):
     a, b = hub.students[:2]
-    with hub.running(a, b):
-        _reach(hub, a, b)
-
-
-def _reach(hub, a, b):
     victim_home, store = hub.users[a].home, hub.store
     victim_server = _server_pid(hub, a)
     code = f"""
@@ -175,27 +166,26 @@ def test_a_fix_pushed_mid_term_reaches_a_student_who_started_without_losing_a_ce
     subprocess.run(["chmod", "-R", "a+rX", str(hub.base / "public")], check=True)
     lab = "labs/02_ps_async/02_ps_async.ipynb"
     a = hub.students[0]
-    with hub.running(a):
-        hub.git_pull(a, str(public), "course-labs")
-        mine = hub.request("GET", f"/user/{a}/api/contents/course-labs/{lab}", token=hub.users[a].token)["content"]
-        solution = next(c for c in mine["cells"] if c["metadata"].get("nbgrader", {}).get("solution"))
-        solution["source"] = "# my own answer, written in week 2\nanswer = 42"
-        hub.upload(a, f"course-labs/{lab}", mine)
-        # the instructor's fix: a word in the lab's first text cell, published as make student-repo commits it
-        nb = nbformat.read(public / lab, as_version=4)
-        first = next(c for c in nb.cells if c.cell_type == "markdown")
-        first.source = (
-            first.source.replace("\n", " (corrected)\n", 1) if "\n" in first.source else first.source + " (corrected)"
-        )
-        nbformat.write(nb, public / lab)
-        _git(public, "-c", "user.name=instructor", "-c", "user.email=i@example.org", "commit", "-qam", "Lab 2: typo")
-        hub.git_pull(a, str(public), "course-labs")
-        after = nbformat.reads(
-            json.dumps(
-                hub.request("GET", f"/user/{a}/api/contents/course-labs/{lab}", token=hub.users[a].token)["content"]
-            ),
-            as_version=4,
-        )
+    hub.git_pull(a, str(public), "course-labs")
+    mine = hub.request("GET", f"/user/{a}/api/contents/course-labs/{lab}", token=hub.users[a].token)["content"]
+    solution = next(c for c in mine["cells"] if c["metadata"].get("nbgrader", {}).get("solution"))
+    solution["source"] = "# my own answer, written in week 2\nanswer = 42"
+    hub.upload(a, f"course-labs/{lab}", mine)
+    # the instructor's fix: a word in the lab's first text cell, published as make student-repo commits it
+    nb = nbformat.read(public / lab, as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "markdown")
+    first.source = (
+        first.source.replace("\n", " (corrected)\n", 1) if "\n" in first.source else first.source + " (corrected)"
+    )
+    nbformat.write(nb, public / lab)
+    _git(public, "-c", "user.name=instructor", "-c", "user.email=i@example.org", "commit", "-qam", "Lab 2: typo")
+    hub.git_pull(a, str(public), "course-labs")
+    after = nbformat.reads(
+        json.dumps(
+            hub.request("GET", f"/user/{a}/api/contents/course-labs/{lab}", token=hub.users[a].token)["content"]
+        ),
+        as_version=4,
+    )
     assert any("(corrected)" in c.source for c in after.cells if c.cell_type == "markdown"), "the fix did not arrive"
     assert any(c.source == "# my own answer, written in week 2\nanswer = 42" for c in after.cells), (
         "the student's cell was lost"
@@ -232,26 +222,25 @@ print("cluster ended", c.network.kind)
         except RuntimeError as exc:
             out_a["error"] = exc
 
-    with hub.running(a, b):
-        thread = threading.Thread(target=run_a)
-        thread.start()
-        try:
-            deadline = time.monotonic() + 180
-            while not (home / "cluster.json").exists():
-                assert thread.is_alive() and time.monotonic() < deadline, out_a
-                time.sleep(0.2)  # polling for A's cluster, under a deadline
-            cluster = json.loads((home / "cluster.json").read_text())
-            probe = f"""
+    thread = threading.Thread(target=run_a)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 180
+        while not (home / "cluster.json").exists():
+            assert thread.is_alive() and time.monotonic() < deadline, out_a
+            time.sleep(0.2)  # polling for A's cluster, under a deadline
+        cluster = json.loads((home / "cluster.json").read_text())
+        probe = f"""
 import socket
 for port in {cluster["ports"]!r}:
     with socket.socket() as s:
         s.settimeout(5)
         print(port, "CONNECTED" if s.connect_ex(("127.0.0.1", port)) == 0 else "refused")
 """
-            out_b = hub.run_code(b, probe)
-        finally:
-            (home / "probed").touch()
-            thread.join(240)
+        out_b = hub.run_code(b, probe)
+    finally:
+        (home / "probed").touch()
+        thread.join(240)
     assert cluster["kind"] == "private" and len(cluster["ports"]) == 2, cluster
     assert "CONNECTED" not in out_b and out_b.count("refused") == 2, out_b
     assert "error" not in out_a and "cluster ended private" in out_a["out"], out_a
