@@ -30,7 +30,7 @@ c.JupyterHub.spawner_class = "lab_utils.hub.spawner.LimitedSpawner"
 c.Spawner.mem_limit = "2G"
 c.Spawner.cpu_limit = 1.0
 c.LimitedSpawner.max_processes = 512
-c.Spawner.default_url = "/lab/tree/labs/README.md"
+c.Spawner.default_url = "/lab/tree/course-labs/labs/README.md"  # the course map, where nbgitpuller puts the labs
 c.Spawner.environment = {"LABS_HANDIN_URL": f"{hub_url}/services/handin/"}
 
 # The hand-in service: students are known by their server's Hub token, never by a file's owner

@@ -79,6 +79,10 @@ class Receipt:
     def to_json(self) -> dict:
         return {**asdict(self), "time": self.time.isoformat()}
 
+    def __repr__(self) -> str:  # what a notebook shows under hand_in(): one line, not the fields
+        when = self.time.strftime("%Y-%m-%d %H:%M:%S UTC")
+        return f"<hand-in of {self.lab} by {self.student} at {when}, {'LATE' if self.late else 'on time'}, sha256 {self.sha256[:12]}>"
+
 
 def safe_name(name: str) -> str:
     """A Hub user name as a folder name: letters, digits and ``._@+-`` kept, anything else

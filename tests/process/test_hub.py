@@ -244,3 +244,87 @@ for port in {cluster["ports"]!r}:
     assert cluster["kind"] == "private" and len(cluster["ports"]) == 2, cluster
     assert "CONNECTED" not in out_b and out_b.count("refused") == 2, out_b
     assert "error" not in out_a and "cluster ended private" in out_a["out"], out_a
+
+
+@pytest.mark.browser
+def test_a_student_logs_in_opens_lab1_runs_its_first_cells_and_hands_in_through_the_ui(hub):
+    """Headless Chromium, as a student: the Hub's login page, the course map the class's link
+    pulled (the default URL), Lab 1 from the file browser's path, its first cells run with
+    Shift+Enter, then a cell typed into it that hands it in. The service has it, as theirs."""
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium on PATH: make setup installs Debian's when it runs as root with apt-get")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (requirements/dev.in) is not installed")
+    from lab_utils.grading import student_repo
+
+    c = hub.students[2]
+    public = hub.base / "public" / "course-labs"
+    if not public.exists():
+        student_repo.write(public)
+        subprocess.run(["chmod", "-R", "a+rX", str(hub.base / "public")], check=True)
+    hub.git_pull(c, str(public), "course-labs")  # what the class's link did on the first visit
+    shots = Path(__file__).resolve().parents[2] / "out" / "browser"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])  # root (CI): no sandbox
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{hub.url}/hub/login")
+            page.fill("#username_input", c)
+            page.fill("#password_input", hub.password)
+            page.click("#login_submit")
+            page.wait_for_url(f"**/user/{c}/lab/**", timeout=120_000)  # the default URL: the course map
+            # opened rendered (the course's JupyterLab overrides), with the course map's title
+            page.locator(".jp-RenderedMarkdown h1", has_text="Course map").wait_for(timeout=120_000)
+            page.screenshot(path=str(shots / "hub-course-map.png"))
+            page.goto(f"{hub.url}/user/{c}/lab/tree/course-labs/labs/01_single_node/01_single_node.ipynb")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+            page.wait_for_function(
+                "() => document.querySelector('.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status') === 'idle'",
+                timeout=120_000,
+            )
+            ran = (
+                "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]"
+                ".filter(p => /\\[\\d+\\]/.test(p.textContent)).length >= 2"
+            )
+            for attempt in range(3):  # a key press JupyterLab took before the kernel was connected runs nothing
+                page.locator(".jp-Notebook .jp-Cell").first.click()
+                for _ in range(3):  # the first cells: the title, the parameters, the imports
+                    page.keyboard.press("Shift+Enter")
+                try:
+                    page.wait_for_function(ran, timeout=60_000)
+                    break
+                except sync_api.TimeoutError:
+                    if attempt == 2:
+                        raise
+            tracebacks = page.locator(".jp-OutputArea-output", has_text="Traceback").count()
+            # the hand-in, as labs/README.md tells it: save, then a cell at the end
+            page.keyboard.press("Control+s")
+            page.keyboard.press("Escape")
+            page.keyboard.press("b")  # a new cell below the one the student is at
+            page.keyboard.press("Enter")
+            page.keyboard.type("from lab_utils.hub import hand_in\nhand_in()")
+            page.keyboard.press("Control+s")
+            page.wait_for_function(  # saved: the tab is no longer marked as changed
+                "() => !document.querySelector('.lm-TabBar-tab.lm-mod-current.jp-mod-dirty')", timeout=60_000
+            )
+            page.keyboard.press("Shift+Enter")
+            receipt = page.locator(".jp-OutputArea-output", has_text="Handed in 01_single_node.ipynb")
+            receipt.wait_for(timeout=120_000)
+            text = receipt.inner_text()
+            page.screenshot(path=str(shots / "hub-hand-in.png"))
+        except BaseException:
+            page.screenshot(path=str(shots / "hub-failed.png"))
+            raise
+        finally:
+            browser.close()
+            hub.shut_down_kernels(c)  # as Kernel > Shut Down would
+    assert f"for 01_single_node as {c} at" in text, text
+    assert tracebacks == 0
+    handed = sorted((hub.store / "submitted" / c / "01_single_node").iterdir())
+    assert handed, "the service has no hand-in of theirs"
+    kept = json.loads((handed[-1] / "01_single_node.ipynb").read_text())
+    sources = ["".join(cell["source"]) for cell in kept["cells"]]
+    assert any("hand_in()" in src for src in sources), [src[:60] for src in sources]  # as saved: with that cell
