@@ -104,13 +104,7 @@ def hand_in(
     lab = lab or path.stem
     data = path.read_bytes()
     saved_ago = time.time() - path.stat().st_mtime
-    receipt = Receipt(
-        **{
-            k: v
-            for k, v in json.loads(_call("POST", f"hand-ins/{quote(lab)}", data=data, url=url, token=token)[0]).items()
-            if k != "time"
-        }
-    )
+    receipt = Receipt.from_json(json.loads(_call("POST", f"hand-ins/{quote(lab)}", data=data, url=url, token=token)[0]))
     when = receipt.time.strftime("%Y-%m-%d %H:%M:%S UTC")
     print(
         f"Handed in {path.name} for {lab} as {receipt.student} at {when}"
@@ -148,8 +142,7 @@ def collect(lab: str, dest: str | os.PathLike, *, url=None, token=None) -> list[
     out = []
     for entry in index:
         data, headers = _call("GET", f"collect/{quote(lab)}/{quote(entry['student'], safe='')}", url=url, token=token)
-        meta = json.loads(headers["X-Handin-Receipt"])
-        receipt = Receipt(**{k: v for k, v in meta.items() if k != "time"})
+        receipt = Receipt.from_json(json.loads(headers["X-Handin-Receipt"]))
         write_submission(Path(dest), receipt, data)
         out.append(receipt)
     late = sum(r.late for r in out)

@@ -79,6 +79,11 @@ class Receipt:
     def to_json(self) -> dict:
         return {**asdict(self), "time": self.time.isoformat()}
 
+    @classmethod
+    def from_json(cls, data: dict) -> Receipt:
+        """The receipt :meth:`to_json` wrote (its ``time`` is derived from the stamp)."""
+        return cls(**{k: v for k, v in data.items() if k != "time"})
+
     def __repr__(self) -> str:  # what a notebook shows under hand_in(): one line, not the fields
         when = self.time.strftime("%Y-%m-%d %H:%M:%S UTC")
         return f"<hand-in of {self.lab} by {self.student} at {when}, {'LATE' if self.late else 'on time'}, sha256 {self.sha256[:12]}>"
