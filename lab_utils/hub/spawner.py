@@ -69,6 +69,12 @@ class LimitedSpawner(LocalProcessSpawner):
             self._close_box()
             raise
 
+    async def poll(self):
+        status = await super().poll()
+        if status is not None:  # the server ended by itself (or was killed): what it left goes too
+            self._close_box()
+        return status
+
     async def stop(self, now=False):
         try:
             await super().stop(now=now)
