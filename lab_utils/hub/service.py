@@ -40,6 +40,7 @@ from urllib.parse import unquote, urlparse
 
 from tornado import ioloop, web
 
+from ..grading.late import parse_due
 from .store import HandInError, Store
 
 __all__ = ["GRADE_SCOPE", "make_app", "parse_lab", "main"]
@@ -52,15 +53,10 @@ log = logging.getLogger("lab_utils.hub.service")
 def parse_lab(spec: str) -> tuple[str, datetime | None]:
     """``02_ps_async`` or ``02_ps_async=2026-12-01T23:59+01:00`` (ISO 8601 with a zone)."""
     lab, _, due = spec.partition("=")
-    if not due:
-        return lab, None
     try:
-        when = datetime.fromisoformat(due)
-    except ValueError:
-        raise ValueError(f"--lab {spec}: the due time must be ISO 8601, like 2026-12-01T23:59+01:00") from None
-    if when.tzinfo is None:
-        raise ValueError(f"--lab {spec}: give the due time's zone, like 2026-12-01T23:59+01:00 or ...Z")
-    return lab, when
+        return lab, parse_due(due or None)  # the grader's own reading of a due time
+    except ValueError as exc:
+        raise ValueError(f"--lab {spec}: {exc}") from None
 
 
 class _Handler(web.RequestHandler):
