@@ -17,6 +17,42 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("LABS_OFFLINE", "1")  # tests never download
 
+#: prefix of the suite's own temporary directory (see :func:`_suite_tmpdir`)
+SUITE_TMP_PREFIX = "labs-suite-"
+
+
+def _suite_tmpdir() -> tuple[str, bool]:
+    """The suite's own temporary directory, ``$TMPDIR/labs-suite-XXXX`` (mode 1777: the test
+    students write there too), made ``TMPDIR`` for the suite and everything it starts; and
+    whether this session made it.
+
+    The check that each module leaves nothing in the temporary directory then sees only what
+    the suite made, and removes only that: run beside the suite, a build or a second session
+    keeps its own temporary files (a compiler's, once, were removed under it). A pytest run
+    started by a test inherits the folder rather than making one inside it."""
+    base = tempfile.gettempdir()
+    if os.path.basename(base).startswith(SUITE_TMP_PREFIX):
+        return base, False
+    path = tempfile.mkdtemp(prefix=SUITE_TMP_PREFIX, dir=base)
+    os.chmod(path, 0o1777)
+    os.environ["TMPDIR"] = tempfile.tempdir = path
+    return path, True
+
+
+SUITE_TMP, _SUITE_TMP_MADE_HERE = _suite_tmpdir()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Remove the suite's temporary directory when this session made it and passed. What a
+    module left there has already failed that module (:func:`nothing_left_in_tmp`); what is
+    left now is pytest's own ``tmp_path`` folders, kept after a failure for the developer to read."""
+    if not _SUITE_TMP_MADE_HERE:
+        return
+    if exitstatus == 0:
+        shutil.rmtree(SUITE_TMP)
+    else:
+        print(f"\nthe tests' temporary files are kept in {SUITE_TMP} (remove it when done)")
+
 
 def _gpu_count() -> int:
     if not shutil.which("nvidia-smi"):
