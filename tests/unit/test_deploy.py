@@ -86,6 +86,39 @@ def test_every_way_in_installs_the_same_locked_stack():
         assert not missing, f"requirements/{name} names {missing}, which the lock does not pin: run make lock"
 
 
+#: the oldest Python 3.11 the course runs on: Debian 12's python3.11 (scripts/find-python.sh takes it)
+OLDEST_PYTHON = "3.11.2"
+
+
+def test_every_locked_package_installs_on_the_oldest_python_the_course_takes():
+    """pip refuses a package whose Requires-Python excludes the interpreter: one such pin and
+    `make setup` fails on Debian 12 (soupsieve 4.1.2 needed 3.11.5). Read from the metadata of
+    what this environment installed from the lock (no index is asked)."""
+    from importlib import metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    checked, refused = 0, []
+    for line in (ROOT / "requirements/constraints.txt").read_text().splitlines():
+        name, sep, version = line.partition("==")
+        if not sep or line.startswith("#"):
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue  # a pin this environment does not use (tensorflow[and-cuda]'s, say)
+        if dist.version != version.strip():
+            continue
+        checked += 1
+        needs = dist.metadata.get("Requires-Python")
+        if needs and OLDEST_PYTHON not in SpecifierSet(needs):
+            refused.append(f"{name}=={version} (Requires-Python {needs})")
+    assert checked > 100, f"only {checked} locked packages found installed: is this the course's environment?"
+    assert not refused, (
+        f"pip would refuse these on Python {OLDEST_PYTHON}: {refused}; bound them in requirements/base.in"
+    )
+
+
 # ---------------------------------------------------------------------- the images
 def _context(dockerfile: Path) -> set[str]:
     """The files ``docker build -f dockerfile .`` sends from the repository root, by Docker's
