@@ -7,6 +7,8 @@ users, cgroups, files)."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+import crafted  # noqa: E402
 import hub as local_hub  # noqa: E402
 
 from lab_utils.grading.sandbox import own_cgroup_v1  # noqa: E402
@@ -153,10 +156,80 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
 
 
-def test_a_fix_pushed_mid_term_reaches_a_student_who_started_without_losing_a_cell(hub):
-    """The class's public repository (make student-repo), pulled into a student's home with an
-    nbgitpuller link; the student writes in Lab 2; the instructor fixes a typo in Lab 2's text and
-    publishes; the student opens the link again: the fix is there and so is every cell they wrote."""
+LAB1, LAB2 = "01_single_node", "02_ps_async"
+LAB2_PATH = f"course-labs/labs/{LAB2}/{LAB2}.ipynb"
+#: a student's Lab 2 run, as its cells do it (papermill's smaller sizes): the parameters, the
+#: setup, the student's own training script (%%writefile), then one cluster of 1 PS + 1 worker
+RUN_LAB2 = f"""
+import json, pathlib
+cells = {{c["metadata"].get("nbgrader", {{}}).get("grade_id"): "".join(c["source"])
+          for c in json.loads(pathlib.Path("{LAB2}.ipynb").read_text())["cells"]}}
+exec(cells["parameters"])
+WORKERS, EPOCHS, OFFLINE = [1], 1, True
+exec(cells["setup"])
+get_ipython().run_cell(cells["train_async"])
+run = ps_runs.run_ps("train_async.py", workers=1, args=RUN_ARGS, interval=MONITOR_INTERVAL, hosts=HOSTS,
+                     progress=False, label="mine")
+print("LAB2", run.final_global_step, run.results["worker:0"]["target_global_steps"], f"{{run.accuracy:.3f}}")
+"""
+
+
+def _solve(nb: dict, lab: str) -> dict:
+    """``nb`` (a notebook as the contents API gives it) with every solution cell written as the
+    student would: the instructor's solution, marked as the student's own."""
+    import nbformat
+
+    source, _ = crafted.paths(lab)
+    answers = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in nbformat.read(source, as_version=4).cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
+    for cell in nb["cells"]:
+        gid = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if cell["cell_type"] == "code" and gid in answers:
+            magic, body = answers[gid].partition("\n")[::2] if answers[gid].startswith("%%") else ("", answers[gid])
+            cell["source"] = f"{magic}\n# my answer\n{body}" if magic else f"# my answer\n{body}"  # %% stays first
+    return nb
+
+
+def _contents(hub, name: str, path: str) -> dict:
+    return hub.request("GET", f"/user/{name}/api/contents/{path}", token=hub.users[name].token)["content"]
+
+
+def _instructor_grades(course: str, student_b: str, student_c: str) -> str:
+    """The instructor's kernel: collect Lab 1, set its due time between two hand-ins (the last
+    one is then late), autograde in the sandbox, make the feedback, export for Canvas, return."""
+    return f"""
+import subprocess, sys, pathlib, yaml
+from lab_utils.hub import collect, return_feedback
+course = pathlib.Path({course!r})
+got = {{r.student: r for r in collect("{LAB1}", "submitted")}}
+due = got[{student_b!r}].time + (got[{student_c!r}].time - got[{student_b!r}].time) / 2
+settings = yaml.safe_load((course / "settings.yml").read_text())
+settings["labs"]["{LAB1}"]["due"] = due.isoformat()
+(course / "settings.yml").write_text(yaml.safe_dump(settings))
+grading = [sys.executable, "-m", "lab_utils.grading", "--root", str(course)]
+for step in (["autograde", "submitted", "--jobs", "1"], ["feedback"], ["export", "--lms", "canvas"]):
+    done = subprocess.run(grading + step, capture_output=True, text=True, timeout=900)
+    print(done.stdout[-3000:], done.stderr[-3000:])
+    assert done.returncode == 0, (step, done.returncode)
+print("RETURNED", sorted(return_feedback("{LAB1}", course / "feedback")))
+print("CANVAS", (course / "canvas.csv").read_text())
+"""
+
+
+@pytest.mark.timeout(1500)
+def test_a_term_release_work_hand_in_grade_return_fix_and_a_late_hand_in(hub):
+    """The whole term, chained. The instructor publishes Labs 1 and 2 (make student-repo); three
+    students pull them with the class's nbgitpuller link, solve Lab 2 and run its cluster, all
+    three at once, each from their own server; they hand in Lab 1 (one solved, one untouched,
+    one partly solved and last). The instructor collects, autogrades in the sandbox, exports
+    for Canvas and returns the feedback: each student reads their own score, no one else's, and
+    the last hand-in is flagged late. Then a typo fixed in Lab 2 reaches every student with
+    every cell they wrote."""
+    import threading
+
     import nbformat
 
     from lab_utils.grading import student_repo
@@ -164,33 +237,78 @@ def test_a_fix_pushed_mid_term_reaches_a_student_who_started_without_losing_a_ce
     public = hub.base / "public" / "course-labs"
     student_repo.write(public)
     subprocess.run(["chmod", "-R", "a+rX", str(hub.base / "public")], check=True)
-    lab = "labs/02_ps_async/02_ps_async.ipynb"
-    a = hub.students[0]
-    hub.git_pull(a, str(public), "course-labs")
-    mine = hub.request("GET", f"/user/{a}/api/contents/course-labs/{lab}", token=hub.users[a].token)["content"]
-    solution = next(c for c in mine["cells"] if c["metadata"].get("nbgrader", {}).get("solution"))
-    solution["source"] = "# my own answer, written in week 2\nanswer = 42"
-    hub.upload(a, f"course-labs/{lab}", mine)
-    # the instructor's fix: a word in the lab's first text cell, published as make student-repo commits it
-    nb = nbformat.read(public / lab, as_version=4)
+    students, prof = hub.students, hub.instructors[0]
+    for name in students:
+        hub.git_pull(name, str(public), "course-labs")
+        hub.upload(name, LAB2_PATH, _solve(_contents(hub, name, LAB2_PATH), LAB2))
+
+    # Lab 2's cluster, three students at once
+    outs: dict = {}
+
+    def lab2(name):
+        try:
+            outs[name] = hub.run_code(name, RUN_LAB2, notebook=LAB2_PATH, timeout=600)
+        except RuntimeError as exc:
+            outs[name] = f"ERROR {exc}"
+
+    threads = [threading.Thread(target=lab2, args=(n,)) for n in students]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(660)
+    for name in students:
+        line = next((ln for ln in outs.get(name, "").splitlines() if ln.startswith("LAB2 ")), "")
+        assert line and int(line.split()[1]) >= int(line.split()[2]) > 0, (name, outs.get(name))
+
+    # Lab 1 handed in: solved, untouched, partly solved (last)
+    lab1 = f"course-labs/labs/{LAB1}/{LAB1}.ipynb"
+    kinds = dict(zip(students, ("correct", "blank", "partly"), strict=True))
+    for name, kind in kinds.items():
+        nb = json.loads(nbformat.writes(crafted.craft(kind, LAB1)))
+        hub.upload(name, lab1, nb)
+        out = hub.run_code(name, f"from lab_utils.hub import hand_in; hand_in({lab1!r})")
+        assert f"Handed in {LAB1}.ipynb for {LAB1} as {name}" in out, out
+
+    # the instructor's private course (their clone of the instructor repository, Lab 1 released)
+    home = hub.users[prof].home
+    (home / "term").mkdir()
+    course, _ = crafted.course(home / "term", [LAB1], settings=(crafted.REPO / "grading" / "settings.yml").read_text())
+    subprocess.run(["chown", "-R", f"{prof}:", str(home / "term")], check=True)
+    out = hub.run_code(prof, _instructor_grades(str(course), students[1], students[2]), timeout=1200)
+    a, b, c = students
+    assert "RETURNED " + str(sorted(students)) in out, out
+    table = list(csv.reader(io.StringIO(out[out.index("CANVAS ") + 7 :].strip())))
+    assert table[0][5:] == [LAB1, "Late"], table
+    auto = sum(crafted.test_points(LAB1).values())  # the rest are written answers, graded by hand
+    assert float(table[1][5]) > auto, table  # Points Possible counts them
+    got = {row[3]: (float(row[5]), row[6]) for row in table[2:]}
+    assert got[a] == (auto, "") and got[b] == (0.0, ""), (table, out[-3000:])  # solved; untouched
+    assert 0 < got[c][0] < auto and got[c][1] == LAB1, (table, out[-3000:])  # partly solved, and late
+
+    # each student reads their own feedback, and only theirs
+    for name in students:
+        got = hub.run_code(
+            name, f"from lab_utils.hub import feedback; [print(p.read_text()) for p in feedback({LAB1!r})]"
+        )
+        others = [s for s in students if s != name]
+        assert name in got and not any(s in got for s in others), (name, got[:2000])
+    assert "late" in hub.run_code(c, f"print(open('feedback/{LAB1}/{LAB1}.html').read())").lower()
+
+    # the instructor fixes a typo in Lab 2 and publishes; every student pulls; nothing is lost
+    nb = nbformat.read(public / "labs" / LAB2 / f"{LAB2}.ipynb", as_version=4)
     first = next(c for c in nb.cells if c.cell_type == "markdown")
     first.source = (
         first.source.replace("\n", " (corrected)\n", 1) if "\n" in first.source else first.source + " (corrected)"
     )
-    nbformat.write(nb, public / lab)
+    nbformat.write(nb, public / "labs" / LAB2 / f"{LAB2}.ipynb")
     _git(public, "-c", "user.name=instructor", "-c", "user.email=i@example.org", "commit", "-qam", "Lab 2: typo")
-    hub.git_pull(a, str(public), "course-labs")
-    after = nbformat.reads(
-        json.dumps(
-            hub.request("GET", f"/user/{a}/api/contents/course-labs/{lab}", token=hub.users[a].token)["content"]
-        ),
-        as_version=4,
-    )
-    assert any("(corrected)" in c.source for c in after.cells if c.cell_type == "markdown"), "the fix did not arrive"
-    assert any(c.source == "# my own answer, written in week 2\nanswer = 42" for c in after.cells), (
-        "the student's cell was lost"
-    )
-    assert len(after.cells) == len(nb.cells)
+    for name in students:
+        hub.git_pull(name, str(public), "course-labs")
+        after = _contents(hub, name, LAB2_PATH)
+        sources = ["".join(c["source"]) for c in after["cells"]]
+        assert any("(corrected)" in s for s in sources), f"the fix did not reach {name}"
+        mine = [s for s in sources if "# my answer\n" in s]
+        assert len(mine) == 3 and len(after["cells"]) == len(nb.cells), (name, len(mine), "a student's cell was lost")
 
 
 def test_no_student_connects_to_another_students_running_cluster(hub):
