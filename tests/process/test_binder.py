@@ -1,9 +1,10 @@
 """binder/postBuild, run the way repo2docker runs it: in a fresh environment that already
-holds the locked stack (repo2docker's pip step), from the repository's root, `set -e`."""
+holds the locked stack (repo2docker's pip step), from the repository's root, `set -e`. The
+repository is the class's public one (``make student-repo``): what a Binder link points at,
+with no solution in it."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -15,18 +16,14 @@ import pytest
 pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parents[2]
-#: what repo2docker's context holds that postBuild touches
-COPIED = ["binder", "scripts", "requirements", "lab_utils", "pyproject.toml", "README.md"]
 
 
 def test_postbuild_installs_lab_utils_and_horovod(tmp_path):
+    from lab_utils.grading import student_repo
+
     repo = tmp_path / "repo"
-    for name in COPIED:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, repo / name)
+    student_repo.write(repo)
+    assert not (repo / "grading").exists()
     env_dir = tmp_path / "env"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     site = next((env_dir / "lib").glob("python3.*/site-packages"))
@@ -69,3 +66,4 @@ def test_postbuild_installs_lab_utils_and_horovod(tmp_path):
         timeout=120,
     )
     assert server.stdout.strip() == "/lab/tree/labs/README.md", server.stderr[-2000:]
+    assert (repo / "labs" / "README.md").is_file()  # the course map is in the public repository
