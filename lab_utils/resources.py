@@ -21,6 +21,7 @@ __all__ = [
     "CgroupLimits",
     "cgroup_limits",
     "usable_cores",
+    "thread_env",
     "memory_limit_bytes",
     "available_memory_bytes",
     "host_kind",
@@ -158,6 +159,29 @@ def usable_cores(env=None, root: str | os.PathLike = "/") -> int:
     if quota is not None:
         candidates.append(quota)
     return max(1, math.floor(min(candidates)))
+
+
+#: The thread pools a process sizes from its environment: TensorFlow's two, and the OpenMP and
+#: BLAS libraries numpy and TensorFlow link.
+THREAD_VARS = (
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
+
+
+def thread_env(env=None, root: str | os.PathLike = "/") -> dict[str, str]:
+    """Thread-pool sizes for a process started on this machine: :func:`usable_cores` (the
+    cgroup's CPU quota, ``CPU_LIMIT``, the affinity mask), not the machine's cores. Otherwise
+    TensorFlow sizes each pool to every core of the node: on a 64-core JupyterHub node a pod
+    with a 1-CPU quota runs 64-thread pools and spends its quota switching between them. Where
+    there is no quota the size is the cores, TensorFlow's own default. A variable already set
+    (by the student, by a site's configuration) is kept."""
+    env = os.environ if env is None else env
+    cores = str(usable_cores(env, root))
+    return {name: cores for name in THREAD_VARS if not env.get(name)}
 
 
 def memory_limit_bytes(env=None, root: str | os.PathLike = "/") -> int:

@@ -362,6 +362,8 @@ class MPIJob(Job):
             Path(extra["TMPDIR"]).mkdir(mode=0o700, exist_ok=True)
         env = self._base_env()
         env.update(extra)
+        if self._local_ranks() == self.np:  # every rank on this machine (or its emulated hosts)
+            env.update(resources.thread_env(env))
         env[config.REPORT_DIR] = str(report_dir)
         env.pop(config.REPORT_FILE, None)
         env.pop(config.TASK, None)

@@ -286,6 +286,8 @@ class TFCluster(Job):
         env[config.TASK] = task.name
         env[config.REPORT_FILE] = str(task.events_path)
         env.pop(config.REPORT_DIR, None)
+        if self.network is not None or hosts.is_local(task.host):  # srun would pass them to other nodes
+            env.update(resources.thread_env(env))
         return env
 
     def task_command(self, task: Task, env: dict) -> list[str]:

@@ -226,6 +226,11 @@ def test_remote_task_goes_through_ssh():
     assert "TF_CONFIG=" in cmd[-1] and SCRIPT in cmd[-1]
     assert c.task_command(worker, env)[0] == sys.executable
     assert c.cluster_spec() == {"ps": [f"node1:{ps.port}"], "worker": [f"localhost:{worker.port}"]}
+    # thread pools sized to this machine's quota for its own tasks only: another node has its own cores
+    base = {k: v for k, v in os.environ.items() if k not in resources.THREAD_VARS}
+    spec = c.cluster_spec()
+    assert "TF_NUM_INTRAOP_THREADS" not in c._task_env(ps, base, spec)
+    assert c._task_env(worker, base, spec)["TF_NUM_INTRAOP_THREADS"] == str(resources.usable_cores())
 
 
 def test_a_cluster_of_workers_only_names_no_ps_job():

@@ -108,3 +108,11 @@ def test_memory_limit_and_available(tmp_path):
 )
 def test_host_kind(env, kind):
     assert resources.host_kind(env) == kind
+
+
+def test_thread_pools_are_sized_to_the_quota_and_a_set_size_is_kept():
+    """A pod with a 1.5-CPU quota on a big node: every pool gets 1 thread, not the node's cores;
+    a size the student (or the site) set is theirs."""
+    sized = resources.thread_env({}, FIX / "v2")
+    assert sized == {name: "1" for name in resources.THREAD_VARS}
+    assert "OMP_NUM_THREADS" not in resources.thread_env({"OMP_NUM_THREADS": "4"}, FIX / "v2")
