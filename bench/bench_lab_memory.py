@@ -2,34 +2,41 @@
 memory limit (deploy/README.md, deploy/jupyterhub/values.yaml). JSON out.
 
     python bench/bench_lab_memory.py [--labs 01,02] [--full] [--out memory.json]
+    python bench/bench_lab_memory.py --full --stand-ins --cpus 1 --limit-mb 2048   # Binder's limits
+
 
 Each lab runs headless with papermill (``python -m lab_utils.run_labs``: the CI parameters,
 or with ``--full`` the notebook's own defaults, a student's full run) inside a cgroup of its
 own (:class:`lab_utils.grading.sandbox.Sandbox`), and the cgroup's high-water mark is
 reported: the kernel, every cluster task it started and the page cache they touched, all
 together, which is what a container's memory limit counts. Needs root (cgroups); the
-limit set here (``--limit-mb``) is only a safety net far above what a lab needs.
+limit set here (``--limit-mb``) is by default only a safety net far above what a lab needs;
+with Binder's (``--limit-mb 2048 --cpus 1``) a lab that does not fit ends with its exit code
+and log tail. ``--stand-ins`` runs on full-size data without the internet: the deterministic
+MNIST and CIFAR-10 stand-ins (``python -m lab_utils stand-ins``) through ``LABS_DATA_DIR``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from lab_utils import grading
+from lab_utils import grading, standins
 from lab_utils.grading.sandbox import Sandbox, cgroup_support
 
 MB = 2**20
+STAND_INS = Path(__file__).resolve().parents[1] / "out" / "stand-ins"
 
 
-def measure(lab: str, full: bool, limit_mb: int, timeout_s: float) -> dict:
+def measure(lab: str, full: bool, limit_mb: int, timeout_s: float, cpus: float = 2) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         argv = [sys.executable, "-m", "lab_utils.run_labs", "--labs", lab[:2], "--out", tmp, "--no-progress"]
-        box = Sandbox(f"mem{lab[:2]}", memory_mb=limit_mb, cpus=2, max_processes=4096, network="host", isolate=True)
+        box = Sandbox(f"mem{lab[:2]}", memory_mb=limit_mb, cpus=cpus, max_processes=4096, network="host", isolate=True)
         t0 = time.monotonic()
         try:
             box.start(argv + (["--full"] if full else []), log=Path(tmp) / "run.log")
@@ -41,6 +48,8 @@ def measure(lab: str, full: bool, limit_mb: int, timeout_s: float) -> dict:
             box.close()
     return {
         "params": "full" if full else "ci",
+        "limits": {"memory_mb": limit_mb, "cpus": cpus},
+        "data": "stand-ins" if standins.is_stand_in(os.environ.get("LABS_DATA_DIR")) else "the labs' own sources",
         "exit": rc,
         "wall_s": round(time.monotonic() - t0, 1),
         "peak_mb": None if peak is None else round(peak / MB),
@@ -54,14 +63,22 @@ def main(argv=None) -> int:
     parser.add_argument("--full", action="store_true", help="the notebooks' own defaults (a student's full run)")
     parser.add_argument("--limit-mb", type=int, default=12288, help="the cgroup's limit: a safety net only")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per lab")
+    parser.add_argument("--cpus", type=float, default=2, help="the cgroup's CPU quota (Binder: 1)")
+    parser.add_argument(
+        "--stand-ins", action="store_true", help="full-size data offline: MNIST and CIFAR-10 stand-ins in LABS_DATA_DIR"
+    )
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     if cgroup_support() is None:
         print("bench_lab_memory: needs root and cgroups (memory, pids, cpu) to measure a lab's peak", file=sys.stderr)
         return 2
     out = {"labs": {}}
+    if args.stand_ins:  # outside /tmp, which the sandbox replaces; written once, kept in out/
+        if not standins.is_stand_in(STAND_INS):
+            standins.write(STAND_INS)
+        os.environ["LABS_DATA_DIR"] = str(STAND_INS)  # the sandbox's run inherits it
     for lab in grading.resolve_labs([x for x in args.labs.split(",") if x], grading.source_labs()):
-        out["labs"][lab] = measure(lab, args.full, args.limit_mb, args.timeout)
+        out["labs"][lab] = measure(lab, args.full, args.limit_mb, args.timeout, args.cpus)
         print(f"{lab}: {out['labs'][lab]}", file=sys.stderr, flush=True)
     text = json.dumps(out, indent=1)
     print(text)
