@@ -128,10 +128,13 @@ def _keras_datasets_dir() -> Path:
     return Path(home) / "datasets"
 
 
-def _stand_ins(folder) -> bool:
-    from lab_utils.standins import is_stand_in
+#: The file :mod:`lab_utils.standins` writes beside its stand-ins, saying what they are.
+STAND_IN_MARKER = "STAND-INS.txt"
 
-    return is_stand_in(folder)
+
+def is_stand_in(folder: str | Path | None) -> bool:
+    """Whether ``folder`` (a ``LABS_DATA_DIR``) holds the stand-ins :mod:`lab_utils.standins` wrote."""
+    return bool(folder) and (Path(folder) / STAND_IN_MARKER).is_file()
 
 
 def _keras_cache_file() -> Path:
@@ -244,7 +247,7 @@ def load_mnist(offline: bool | None = None, timeout: float | None = None, verbos
     data_dir = config.get("LABS_DATA_DIR")
     if data_dir and (Path(data_dir) / "mnist.npz").is_file():
         ds = _from_npz(Path(data_dir) / "mnist.npz", "LABS_DATA_DIR")
-        ds = replace(ds, stand_in=_stand_ins(data_dir))
+        ds = replace(ds, stand_in=is_stand_in(data_dir))
     elif _keras_cache_file().is_file():
         ds = _from_npz(_keras_cache_file(), "keras-cache")
     elif not offline:
@@ -412,7 +415,7 @@ def load_cifar10(
             y_test,
             source,
             "cifar10",
-            stand_in=source == "LABS_DATA_DIR" and _stand_ins(config.get("LABS_DATA_DIR")),
+            stand_in=source == "LABS_DATA_DIR" and is_stand_in(config.get("LABS_DATA_DIR")),
         )
         break
     if ds is None:

@@ -26,18 +26,14 @@ from pathlib import Path
 import numpy as np
 
 from lab_utils import data
+from lab_utils.data import STAND_IN_MARKER as MARKER
+from lab_utils.data import is_stand_in
 
 __all__ = ["MARKER", "write", "is_stand_in"]
 
-MARKER = "STAND-INS.txt"
 MNIST_TRAIN, MNIST_TEST = 60_000, 10_000
 CIFAR_PER_BATCH = 10_000
 LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-
-
-def is_stand_in(folder: str | Path | None) -> bool:
-    """Whether ``folder`` (a ``LABS_DATA_DIR``) holds the stand-ins this module wrote."""
-    return bool(folder) and (Path(folder) / MARKER).is_file()
 
 
 def _shifted(images: np.ndarray, copies: int, rng: np.random.Generator) -> np.ndarray:
