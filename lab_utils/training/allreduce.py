@@ -262,6 +262,9 @@ def train(
     weights to ``settings.save_weights`` and creates ``checkpoint_dir``; then every
     rank calls ``checkpoint()`` (the script writes on rank 0 only). Every rank reports one ``result``: ``examples_per_sec`` of this rank, the
     loop's timings, ``accuracy`` (rank 0), ``loss``. Returns it."""
+    from lab_utils.models import trace_horovod_as_written
+
+    trace_horovod_as_written()  # a student's train_hvd.py imports TensorFlow itself
     clock = loop.Clock()
     data = load_data(settings) if data is None else data
     if settings.strategy == "single" and settings.emulate_ranks > 1:
