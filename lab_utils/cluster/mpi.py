@@ -26,7 +26,7 @@ import psutil
 
 from lab_utils import _guard, config, report, resources
 from lab_utils.cluster import hosts as hostlib
-from lab_utils.cluster import hvdbuild, hvdrun, netem
+from lab_utils.cluster import hvdbuild, netem
 from lab_utils.cluster.job import Job
 from lab_utils.cluster.process import Task, check_fit
 
@@ -178,7 +178,7 @@ class MPIJob(Job):
         self.memory_per_rank = memory_per_rank
         self.check_resources = check_resources
         self._rank_pids: dict[str, int] | None = None
-        self._built: str | None = None  # controllers Horovod was built with, once probed (hvdrun.BUILT)
+        self._built: str | None = None  # controllers Horovod was built with, once probed (hvdbuild.BUILT)
         self._stream_partial: dict[int, str] = {}  # streaming: a rank's line still waiting for its end
 
     @staticmethod
@@ -208,7 +208,7 @@ class MPIJob(Job):
         # One launcher-side guard for the whole job: the ranks are counted without guards.
         # A plain horovodrun imports TensorFlow to probe the build (measured: 450 MB, like a
         # rank): count it too. Through hvdrun it does not (34 MB).
-        launcher = 1 if self.launcher == "horovodrun" and self._horovodrun()[-1] != hvdrun.__name__ else 0
+        launcher = 1 if self.launcher == "horovodrun" and self._horovodrun()[-1] != hvdbuild.HVDRUN else 0
         check_fit(
             local + launcher,
             f"np={self.np}" + (" and horovodrun" if launcher else ""),
@@ -274,8 +274,8 @@ class MPIJob(Job):
             # child that imports TensorFlow to ask again, every job (2.5 s of CPU, 450 MB)
             launch = self._horovodrun()
             cmd = [*launch, "-np", str(self.np), "--gloo" if self.controller == "gloo" else "--mpi"]
-            if self._built is not None and launch[-1] == hvdrun.__name__:
-                extra[hvdrun.BUILT] = self._built
+            if self._built is not None and launch[-1] == hvdbuild.HVDRUN:
+                extra[hvdbuild.BUILT] = self._built
             if placed:  # horovodrun (and the mpirun it runs) find the emulated ssh first on PATH
                 cmd += ["-H", ",".join(placed), "--network-interface", "eth0"]  # not lo: its own on each host
                 extra["PATH"] = os.pathsep.join([str(self._ssh.parent), os.environ.get("PATH", "")])
@@ -317,7 +317,7 @@ class MPIJob(Job):
         """``horovodrun``, as :mod:`.hvdrun` (the same launcher, minus its build probe) when
         this interpreter is the one that runs the ``horovodrun`` found."""
         if Path(self.launcher_exe).parent == Path(sys.executable).parent:
-            return [sys.executable, "-m", hvdrun.__name__]
+            return [sys.executable, "-m", hvdbuild.HVDRUN]
         return [self.launcher_exe]
 
     def _all_local(self) -> bool:
