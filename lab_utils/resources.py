@@ -199,12 +199,29 @@ def memory_limit_bytes(env=None, root: str | os.PathLike = "/") -> int:
 
 
 def _cgroup_memory_used(root: Path) -> int | None:
+    """This session's cgroup's working set: its usage less its inactive file cache, as the
+    kubelet and ``docker stats`` count it. The usage alone counts every file the session
+    has read (a data set, TensorFlow's libraries) until the kernel needs the memory back,
+    which it reclaims before any OOM kill; a fit decided on it refused tasks that fit."""
     base = root / "sys/fs/cgroup"
     if (base / "cgroup.controllers").exists():
-        text = _read(_own_cgroup_v2_path(root) / "memory.current")
+        own = _own_cgroup_v2_path(root)
+        text, inactive = _read(own / "memory.current"), _stat(own / "memory.stat", "inactive_file")
     else:
-        text = _read(_own_cgroup_v1_path(root, base / "memory", "memory") / "memory.usage_in_bytes")
-    return int(text) if text and text.isdigit() else None
+        own = _own_cgroup_v1_path(root, base / "memory", "memory")
+        text, inactive = _read(own / "memory.usage_in_bytes"), _stat(own / "memory.stat", "total_inactive_file")
+    if not (text and text.isdigit()):
+        return None
+    return max(0, int(text) - inactive)
+
+
+def _stat(path: Path, key: str) -> int:
+    """``key``'s value in a cgroup's ``memory.stat`` (0 when the file or the key is missing)."""
+    for line in (_read(path) or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return 0
 
 
 def available_memory_bytes(env=None, root: str | os.PathLike = "/") -> int:

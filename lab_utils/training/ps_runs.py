@@ -38,7 +38,7 @@ from typing import Any
 import pandas as pd
 
 from lab_utils import plots
-from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError, TFCluster, tasks_that_fit
+from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError, TFCluster
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.metrics import watch
 from lab_utils.resources import available_memory_bytes, usable_cores
@@ -47,6 +47,7 @@ from lab_utils.training import loop
 __all__ = [
     "fit_workers",
     "task_memory",
+    "cluster_memory",
     "inspect_graph",
     "run_ps",
     "PSRun",
@@ -66,13 +67,24 @@ LOOP_COLUMN = "Training Loop (seconds)"
 MB = 1024**2
 
 
-def task_memory() -> int:
+def task_memory(role: str = "worker") -> int:
     """Memory one task of a Labs 2-3 cluster needs: TensorFlow and its server
-    (:data:`~lab_utils.cluster.TF_TASK_MEMORY_BYTES`) and the MNIST it loads
-    (:func:`lab_utils.data.mnist_bytes`: 0.27 GB for the full set, 0.02 GB offline)."""
+    (:data:`~lab_utils.cluster.TF_TASK_MEMORY_BYTES`); a worker also holds the MNIST it
+    loads (:func:`lab_utils.data.mnist_bytes`: 0.27 GB for the full set, 0.02 GB offline).
+    A PS holds the variables only (measured with the full set: a PS 0.25 GB of its own
+    memory, a worker 0.47 GB)."""
     from lab_utils.data import mnist_bytes
 
-    return TF_TASK_MEMORY_BYTES + mnist_bytes()
+    if role not in ("ps", "worker"):
+        raise ValueError(f"role must be 'ps' or 'worker', got {role!r}")
+    return TF_TASK_MEMORY_BYTES + (mnist_bytes() if role == "worker" else 0)
+
+
+def cluster_memory(workers: int, ps: int = 1, *, memory_per_task: int | None = None) -> int:
+    """Memory ``ps`` PS tasks and ``workers`` workers need, their guards included
+    (``memory_per_task``: a worker's, instead of :func:`task_memory`)."""
+    worker = task_memory("worker") if memory_per_task is None else memory_per_task
+    return ps * (task_memory("ps") + GUARD_MEMORY_BYTES) + workers * (worker + GUARD_MEMORY_BYTES)
 
 
 def fit_workers(
@@ -85,21 +97,22 @@ def fit_workers(
 ) -> int:
     """The largest worker count <= ``requested`` that this machine allows.
 
-    Memory: ``ps + workers`` tasks of :func:`task_memory` each (TensorFlow and the
-    MNIST it loads) must fit in the memory available under this session's limit
-    (cgroup / JupyterHub ``MEM_LIMIT``), as counted by :func:`lab_utils.cluster.tasks_that_fit`. Cores: at most
+    Memory: :func:`cluster_memory` (each PS: TensorFlow; each worker: TensorFlow and the
+    MNIST it loads, or ``memory_per_task``) must fit in the memory available under this
+    session's limit (cgroup / JupyterHub ``MEM_LIMIT``,
+    :func:`lab_utils.resources.available_memory_bytes`). Cores: at most
     :data:`WORKERS_PER_CORE` workers per usable core. Prints one line when it
     scales down; raises :class:`ResourceError` when not even one worker fits."""
     if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
         raise ValueError(f"requested workers must be an integer >= 1, got {requested!r}")
-    memory_per_task = task_memory() if memory_per_task is None else memory_per_task
-    per_task = memory_per_task + GUARD_MEMORY_BYTES
+    per_worker = cluster_memory(1, 0, memory_per_task=memory_per_task)
+    fixed = cluster_memory(0, ps)
     avail = available_memory_bytes() if available is None else available
     cores = usable_cores() if cores is None else cores
-    by_memory = tasks_that_fit(memory_per_task, available=avail) - ps
+    by_memory = int((avail - fixed) // per_worker)
     if by_memory < 1:
         raise ResourceError(
-            f"not even 1 PS + 1 worker fits: {ps + 1} TensorFlow tasks need about {(ps + 1) * per_task / MB:,.0f} MB, "
+            f"not even {ps} PS + 1 worker fits: they need about {(fixed + per_worker) / MB:,.0f} MB, "
             f"{avail / MB:,.0f} MB are available under this session's limit; close other notebooks "
             "(Kernel > Shut Down Kernel) or run `python -m lab_utils reap`"
         )
@@ -108,7 +121,10 @@ def fit_workers(
     if fit < requested:
         why = []
         if by_memory < requested:
-            why.append(f"memory: {avail / MB:,.0f} MB available, about {per_task / MB:.0f} MB per task")
+            why.append(
+                f"memory: {avail / MB:,.0f} MB available, about {fixed / max(ps, 1) / MB:.0f} MB per PS "
+                f"and {per_worker / MB:.0f} MB per worker"
+            )
         if by_cores < requested:
             why.append(f"cores: {cores} usable, at most {WORKERS_PER_CORE} workers per core")
         print(f"[lab_utils] {requested} workers do not fit here ({'; '.join(why)}): using {fit}", flush=True)
@@ -337,7 +353,8 @@ def run_ps(
         args=args,
         timeout=timeout,
         progress=progress,
-        memory_per_task=task_memory(),
+        # the cluster checks one figure per task: the mean of a PS's and the workers' (same total)
+        memory_per_task=(cluster_memory(workers) - (workers + 1) * GUARD_MEMORY_BYTES) // (workers + 1),
         hosts=hosts,
     )
     with cluster:

@@ -12,13 +12,16 @@ LABS_OFFLINE=1; the launcher passes the environment on to the tasks).
 from __future__ import annotations
 
 import math
+import threading
 
+import psutil
 import pytest
 
 from lab_utils import report
 from lab_utils.cluster import ClusterError, TFCluster
 from lab_utils.data import load_mnist
 from lab_utils.grading import reference_script
+from lab_utils.training import ps_runs
 
 pytestmark = pytest.mark.process
 
@@ -38,10 +41,37 @@ def scripts():
     }
 
 
-def run(script, args: dict, workers: int = 2):
-    """Run a cluster to the end; return (results, step events per worker, cluster)."""
+def _own_memory(pid: int) -> int:
+    """The private (anonymous) resident memory of ``pid``'s tree (the guard, then the task):
+    what each process adds to a cgroup. Its file pages (TensorFlow's library) are shared by
+    every TensorFlow process and charged once."""
+    try:
+        root = psutil.Process(pid)
+        return sum((m := p.memory_info()).rss - m.shared for p in [root, *root.children(recursive=True)])
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return 0
+
+
+def run(script, args: dict, workers: int = 2, peaks: dict | None = None):
+    """Run a cluster to the end; return (results, step events per worker, cluster).
+    ``peaks``: filled with each task's highest private memory, sampled as it runs."""
     with TFCluster(ps=1, workers=workers, script=script, args=args, timeout=RUN_BOUND, progress=False) as c:
-        results = c.wait()
+        done = threading.Event()
+
+        def sample():
+            while not done.wait(0.1):
+                for name, pid in c.task_pids().items():
+                    peaks[name] = max(peaks.get(name, 0), _own_memory(pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        if peaks is not None:
+            sampler.start()
+        try:
+            results = c.wait()
+        finally:
+            done.set()
+            if peaks is not None:
+                sampler.join(timeout=30)
     steps = {t.name: report.read_events(t.events_path, "step") for t in c.tasks if t.role == "worker"}
     # every process ended: workers by themselves (exit 0), the PS stopped by the launcher
     states = {t.name: (t.state, t.exit_code) for t in c.tasks}
@@ -51,7 +81,14 @@ def run(script, args: dict, workers: int = 2):
 
 
 def test_async_reaches_accuracy_and_reports_throughput(scripts):
-    results, steps, _ = run(scripts["async"], {"steps": 200, "batch_size": 50, "eval_every": 50})
+    peaks = {}
+    results, steps, _ = run(scripts["async"], {"steps": 200, "batch_size": 50, "eval_every": 50}, peaks=peaks)
+    # What lab_utils fits clusters by (a Binder session of 2 GB holds 1 PS + 2 workers by it)
+    # holds what each task really added: its private memory, its guard's included.
+    guard = ps_runs.GUARD_MEMORY_BYTES
+    assert sorted(peaks) == ["ps:0", "worker:0", "worker:1"], peaks
+    assert 0 < peaks["ps:0"] <= ps_runs.task_memory("ps") + guard, peaks
+    assert all(0 < peaks[w] <= ps_runs.task_memory("worker") + guard for w in ("worker:0", "worker:1")), peaks
     assert set(results) == {"worker:0", "worker:1"}
     for name, r in results.items():
         assert r["mode"] == "async"

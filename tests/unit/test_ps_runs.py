@@ -10,7 +10,8 @@ import pytest
 from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError
 from lab_utils.training import ps_runs
 
-PER_TASK = ps_runs.task_memory() + GUARD_MEMORY_BYTES
+PER_TASK = ps_runs.task_memory() + GUARD_MEMORY_BYTES  # a worker's
+PS_TASK = ps_runs.task_memory("ps") + GUARD_MEMORY_BYTES
 
 
 def test_a_task_counts_the_mnist_it_loads(monkeypatch, tmp_path):
@@ -21,7 +22,16 @@ def test_a_task_counts_the_mnist_it_loads(monkeypatch, tmp_path):
     monkeypatch.setenv("LABS_OFFLINE", "0")  # online: the full set (a download is assumed to work)
     full = ps_runs.task_memory() - TF_TASK_MEMORY_BYTES
     assert 15e6 < sample < 25e6 and 250e6 < full < 300e6  # 5,000 and 70,000 images as float32 + uint8
-    assert ps_runs.fit_workers(4, available=int(3.5 * (TF_TASK_MEMORY_BYTES + full)), cores=8) == 2
+    assert ps_runs.task_memory("ps") == TF_TASK_MEMORY_BYTES  # a PS loads no data
+    room = TF_TASK_MEMORY_BYTES + 2.5 * (TF_TASK_MEMORY_BYTES + full) + 3 * GUARD_MEMORY_BYTES
+    assert ps_runs.fit_workers(4, available=int(room), cores=8) == 2
+
+
+def test_a_ps_counts_without_data_and_a_cluster_is_its_tasks():
+    assert ps_runs.cluster_memory(2) == PS_TASK + 2 * PER_TASK
+    assert ps_runs.cluster_memory(3, ps=0, memory_per_task=100) == 3 * (100 + GUARD_MEMORY_BYTES)
+    with pytest.raises(ValueError, match="role must be 'ps' or 'worker'"):
+        ps_runs.task_memory("chief")
 
 
 def test_fit_workers_keeps_what_fits(capsys):
@@ -30,9 +40,10 @@ def test_fit_workers_keeps_what_fits(capsys):
 
 
 def test_fit_workers_scales_down_on_memory_with_a_message(capsys):
-    assert ps_runs.fit_workers(4, available=3 * PER_TASK + 1, cores=8) == 2  # 1 PS + 2 workers
+    assert ps_runs.fit_workers(4, available=PS_TASK + 2 * PER_TASK + 1, cores=8) == 2  # 1 PS + 2 workers
     out = capsys.readouterr().out
-    assert "4 workers do not fit" in out and "using 2" in out and "memory" in out
+    assert "4 workers do not fit" in out and "using 2" in out and "MB per worker" in out
+    assert ps_runs.fit_workers(4, available=PS_TASK + 2 * PER_TASK - 1, cores=8) == 1
 
 
 def test_fit_workers_scales_down_on_cores(capsys):

@@ -116,3 +116,29 @@ def test_thread_pools_are_sized_to_the_quota_and_a_set_size_is_kept():
     sized = resources.thread_env({}, FIX / "v2")
     assert sized == {name: "1" for name in resources.THREAD_VARS}
     assert "OMP_NUM_THREADS" not in resources.thread_env({"OMP_NUM_THREADS": "4"}, FIX / "v2")
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_inactive_file_cache_is_not_counted_as_used(tmp_path, version):
+    """What a session has read (a data set, TensorFlow's libraries) stays in its cgroup's
+    usage until the kernel reclaims it, which it does before any OOM kill: the working set
+    (usage less inactive files, as the kubelet counts it) is what a new task competes with."""
+    base = tmp_path / "sys/fs/cgroup"
+    if version == "v2":
+        base.mkdir(parents=True)
+        (base / "cgroup.controllers").write_text("cpu memory\n")
+        (base / "memory.max").write_text(str(2 * GiB))
+        (base / "memory.current").write_text(str(int(1.5 * GiB)))
+        stat = base / "memory.stat"
+        stat.write_text(f"anon {GiB // 2}\nfile {GiB}\nactive_file {GiB // 4}\ninactive_file {3 * GiB // 4}\n")
+    else:
+        mem = base / "memory"
+        mem.mkdir(parents=True)
+        (mem / "memory.limit_in_bytes").write_text(str(2 * GiB))
+        (mem / "memory.usage_in_bytes").write_text(str(int(1.5 * GiB)))
+        stat = mem / "memory.stat"
+        stat.write_text(f"cache {GiB}\ninactive_file 1\ntotal_inactive_file {3 * GiB // 4}\n")
+    room = min(psutil.virtual_memory().available, int(1.25 * GiB))  # 2 - (1.5 - 0.75) GiB
+    assert resources.available_memory_bytes({}, tmp_path) == room
+    stat.unlink()  # no memory.stat (a restricted view): the usage alone, as before
+    assert resources.available_memory_bytes({}, tmp_path) == min(psutil.virtual_memory().available, GiB // 2)
