@@ -44,6 +44,7 @@ def measure(lab: str, full: bool, limit_mb: int, timeout_s: float, cpus: float =
             peak = box.peak_memory_bytes()
             box.sweep(settle_s=5)
             tail = (Path(tmp) / "run.log").read_text(errors="replace").splitlines()[-5:]
+            scaled = _scaled_down(Path(tmp) / f"{lab}.ipynb")
         finally:
             box.close()
     return {
@@ -53,8 +54,27 @@ def measure(lab: str, full: bool, limit_mb: int, timeout_s: float, cpus: float =
         "exit": rc,
         "wall_s": round(time.monotonic() - t0, 1),
         "peak_mb": None if peak is None else round(peak / MB),
+        "scaled_down": scaled,
         **({"log_tail": tail} if rc != 0 else {}),
     }
+
+
+def _scaled_down(notebook: Path) -> list[str]:
+    """The lines in which the run's notebook said it ran a smaller cluster than asked for
+    (``[lab_utils] 4 workers do not fit here (...): using 2``); [] when none was."""
+    if not notebook.is_file():
+        return []
+    nb = json.loads(notebook.read_text())
+    return sorted(
+        {
+            line.strip()
+            for cell in nb["cells"]
+            for out in cell.get("outputs", [])
+            if out.get("output_type") == "stream"
+            for line in "".join(out.get("text", "")).splitlines()
+            if line.startswith("[lab_utils]") and "do not fit" in line
+        }
+    )
 
 
 def main(argv=None) -> int:
