@@ -26,12 +26,12 @@ from lab_utils import report, resources
 #: Memory one more TensorFlow 2.15 CPU task (its server and a small model, no data) adds to
 #: a session's cgroup: its private (anonymous) resident memory. Measured on the course host
 #: (/proc/PID/status RssAnon): a PS 245 MB, a worker with the 5,000-image MNIST sample
-#: 273 MB, with the full set 476-504 MB (tests/process/test_ps_training.py holds a real
-#: cluster's tasks under it). Its file pages, about 240 MB more resident, are TensorFlow's
-#: library, shared by every TensorFlow process and charged once, to the kernel that imported
-#: it first. (Counted per task, at 450 MB, a Binder session of 2 GB refused Lab 2's second
-#: worker, which fits.)
-TF_TASK_MEMORY_BYTES = 320 * 1024**2
+#: 273 MB (253 MB without its data), with the full set 476-504 MB; 288 MB leaves 14 % over
+#: the largest (tests/process/test_ps_training.py holds a real cluster's tasks under it). Its
+#: file pages, about 240 MB more resident, are TensorFlow's library, shared by every
+#: TensorFlow process and charged once, to the kernel that imported it first. (Counted per
+#: task, at 450 MB, a Binder session of 2 GB refused Lab 2's second worker, which fits.)
+TF_TASK_MEMORY_BYTES = 288 * 1024**2
 #: Resident memory of one lab_utils._guard middleman (measured: 12 MB).
 GUARD_MEMORY_BYTES = 15 * 1024**2
 MB = 1024**2

@@ -110,8 +110,8 @@ def test_resource_guard_refuses_with_a_suggestion(monkeypatch):
     c = TFCluster(ps=1, workers=4, script=SCRIPT, progress=False)
     with pytest.raises(ResourceError) as info:
         c.start()
-    msg = str(info.value)  # 5 tasks of 320 + 15 MB (TensorFlow's own memory, a guard): 3 fit
-    assert "1 PS + 4 workers needs about 1.6 GB" in msg and "1.0 GB available" in msg and "try workers=2" in msg
+    msg = str(info.value)  # 5 tasks of 288 + 15 MB (TensorFlow's own memory, a guard): 3 fit
+    assert "1 PS + 4 workers needs about 1.5 GB" in msg and "1.0 GB available" in msg and "try workers=2" in msg
     assert isinstance(info.value, ValueError)
     assert c.run_dir is None and c.tasks == []  # refused before anything started
 

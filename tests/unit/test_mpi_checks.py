@@ -137,7 +137,7 @@ def test_np_over_the_memory_guard_refused_before_launch(monkeypatch, launcher, e
     job = MPIJob(np=8, script=SCRIPT, launcher=launcher, progress=False)
     with pytest.raises(ResourceError) as info:
         job.start()
-    msg = str(info.value)  # 320 MB per TensorFlow process: 3 fit in 1 GB
+    msg = str(info.value)  # 288 MB per TensorFlow process: 3 fit in 1 GB
     assert f"{what} needs about" in msg and "1.0 GB available" in msg and f"try np={fits}" in msg
     assert job.run_dir is None and job.tasks == []
 
