@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -77,7 +78,14 @@ def _scaled_down(notebook: Path) -> list[str]:
     )
 
 
+def _stop(signum, _frame):
+    """SIGTERM (``kill``, a CI job's cancel) ends the bench like Ctrl-C: through ``finally``,
+    so the sandbox of the lab being measured is closed with everything in it, not left running."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None) -> int:
+    signal.signal(signal.SIGTERM, _stop)
     parser = argparse.ArgumentParser()
     parser.add_argument("--labs", default="", help="comma-separated labs (default: all)")
     parser.add_argument("--full", action="store_true", help="the notebooks' own defaults (a student's full run)")

@@ -128,6 +128,14 @@ class SandboxExecute(Execute):
         config=True
     )
     file_mb = Float(5, help="a kept file larger than this is not kept").tag(config=True)
+    # A cell's output still arriving after its reply: nbclient waits iopub_timeout for it, and
+    # nbgrader makes running past that an exception. A flood of output (the crafted hostile
+    # cell's 50 MB) took longer than nbclient's 4 s on a slow day under load, and the exception
+    # ended the whole grading of that submission ("infrastructure error"). The wait ends at the
+    # cell's last message, so a long one costs nothing; past it, what arrived is kept (the cap
+    # above cuts it) and the notebook goes on.
+    iopub_timeout = Integer(60, help="seconds a cell's output may still arrive after its reply").tag(config=True)
+    raise_on_iopub_timeout = Bool(False, help="past iopub_timeout: keep what arrived and go on").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         notify(self.note_fd, READY)
