@@ -27,13 +27,13 @@ from pathlib import Path
 
 from lab_utils.doctor import HOROVOD_VERSION
 
-#: the build script (``make setup`` runs it)
 #: Environment variable: comma-separated controllers the installed Horovod was built with
 #: ("gloo,mpi"), which :mod:`.hvdrun` (the launcher module) answers horovodrun's checks from.
 BUILT = "LABS_HOROVOD_BUILT"
 #: The launcher's module, by name: the package never imports it, so that ``python -m`` runs
 #: it without runpy's "found in sys.modules" warning in every job's log.
 HVDRUN = "lab_utils.cluster.hvdrun"
+#: the build script (``make setup`` runs it)
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-horovod.sh"
 PROBE_TIMEOUT = 30.0  # the ctypes child (a cold page cache reads the 600 MB TensorFlow library)
 CHECK_BUILD_TIMEOUT = 120.0  # horovodrun --check-build imports TensorFlow once per framework

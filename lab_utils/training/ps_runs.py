@@ -110,9 +110,11 @@ def fit_workers(
     avail = available_memory_bytes() if available is None else available
     cores = usable_cores() if cores is None else cores
     by_memory = int((avail - fixed) // per_worker)
+    what = f"{ps} PS + 1 worker" if ps else "1 worker"
+    per_ps = f"about {fixed / ps / MB:.0f} MB per PS and " if ps else "about "
     if by_memory < 1:
         raise ResourceError(
-            f"not even {ps} PS + 1 worker fits: they need about {(fixed + per_worker) / MB:,.0f} MB, "
+            f"not even {what} fits: {'they need' if ps else 'it needs'} about {(fixed + per_worker) / MB:,.0f} MB, "
             f"{avail / MB:,.0f} MB are available under this session's limit; close other notebooks "
             "(Kernel > Shut Down Kernel) or run `python -m lab_utils reap`"
         )
@@ -121,10 +123,7 @@ def fit_workers(
     if fit < requested:
         why = []
         if by_memory < requested:
-            why.append(
-                f"memory: {avail / MB:,.0f} MB available, about {fixed / max(ps, 1) / MB:.0f} MB per PS "
-                f"and {per_worker / MB:.0f} MB per worker"
-            )
+            why.append(f"memory: {avail / MB:,.0f} MB available, {per_ps}{per_worker / MB:.0f} MB per worker")
         if by_cores < requested:
             why.append(f"cores: {cores} usable, at most {WORKERS_PER_CORE} workers per core")
         print(f"[lab_utils] {requested} workers do not fit here ({'; '.join(why)}): using {fit}", flush=True)
