@@ -69,7 +69,9 @@ class CapOutputBytes(Preprocessor):
     counts lines, so one 50 MB line went whole into the autograded notebook and its feedback."""
 
     enabled = Bool(True, help="nbconvert skips a preprocessor that is not enabled").tag(config=True)
-    max_bytes = Integer(200_000, help="bytes of output kept per code cell").tag(config=True)
+    # the instructor's own cells print up to ~200 kB (two live-metrics figures in one cell, larger
+    # on a slow machine, where the run samples longer): 5x that, so only a flood meets it
+    max_bytes = Integer(1_000_000, help="bytes of output kept per code cell").tag(config=True)
     record_file = Unicode("", help="where to write the JSON of the cells cut").tag(config=True)
 
     def preprocess(self, nb, resources):

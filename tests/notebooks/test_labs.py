@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from lab_utils import grading
+from lab_utils.grading.execute import CapOutputBytes
 from lab_utils.grading.sandbox import MARKER
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
@@ -304,6 +305,16 @@ def test_source_autogrades_to_full_marks(lab, course):
         assert re.search(pattern, _printed(graded), re.M), pattern
     _, missing = _figures_missing(graded, _source(lab))
     assert missing == [], f"cells tagged 'figure' without an image when graded: {missing}"
+    # an honest cell stays far from the grader's output cap (a cut is flagged 'huge output cut'):
+    # the live figures grow with the run's length, so a slow machine must not reach it
+    cap = CapOutputBytes.max_bytes.default_value
+    sizes = {
+        i: sum(len(json.dumps(o, ensure_ascii=False).encode()) for o in c.get("outputs", []))
+        for i, c in enumerate(graded.cells)
+    }
+    assert max(sizes.values()) < cap / 3, (
+        f"cells near the {cap:,}-byte cap: { {i: b for i, b in sizes.items() if b >= cap / 3} }"
+    )
     result = json.loads((root / "results" / "solution" / f"{lab}.json").read_text())
     assert {c["grade_id"] for c in result["cells"] if c["status"] != "passed"} == forged, result["cells"]
     if not forged:
