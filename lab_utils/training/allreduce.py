@@ -204,7 +204,7 @@ def load_data(settings: Settings):
     from lab_utils import data as lab_data
 
     if settings.model != "alexnet":
-        return lab_data.load_mnist(verbose=False)
+        return lab_data.load_mnist(verbose=False, raw=True)  # training images as bytes: float per batch
     d = lab_data.load_cifar10(verbose=False)
     n = ALEXNET_EVAL_EXAMPLES
     return lab_data.Dataset(d.x_train, d.y_train, d.x_test[:n], d.y_test[:n], d.source, d.name, d.num_classes)

@@ -153,7 +153,7 @@ def train(
     from lab_utils.data import load_mnist
 
     clock = loop.Clock()
-    data = load_mnist(verbose=False) if data is None else data
+    data = load_mnist(verbose=False, raw=True) if data is None else data  # bytes: float per batch
     batches = allreduce.rank_batches(data, rank, size, settings.batch_size, settings.seed)
     clock.mark("graph")
     clock.mark("session")

@@ -79,7 +79,7 @@ def load_shard(num_workers: int, index: int, batch_size: int, data=None) -> Shar
     from lab_utils.data import load_mnist, shard
 
     if data is None:
-        data = load_mnist()
+        data = load_mnist(raw=True)  # its training images stay uint8: batches() converts each batch
     x, y = shard((data.x_train, data.y_train), num_workers, index)
     if batch_size > len(y):
         raise ValueError(
@@ -91,13 +91,17 @@ def load_shard(num_workers: int, index: int, batch_size: int, data=None) -> Shar
 
 def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Endless shuffled full batches over ``(x, y)``, reshuffled every pass (a
-    remainder smaller than a batch is skipped in that pass)."""
+    remainder smaller than a batch is skipped in that pass). uint8 images (a task's
+    :func:`lab_utils.data.load_mnist` ``raw=True``) come out as float32 in [0, 1], one batch at
+    a time (:func:`lab_utils.data.pixels`)."""
+    from lab_utils.data import pixels
+
     rng = np.random.RandomState(seed)
     per_pass = len(y) // batch_size
     while True:
         # one row of indices per batch: a fresh permutation, its remainder dropped
         for rows in rng.permutation(len(y))[: per_pass * batch_size].reshape(per_pass, batch_size):
-            yield x[rows], y[rows]
+            yield pixels(x[rows]), y[rows]
 
 
 # ----------------------------------------------------------------------------- timing

