@@ -153,6 +153,20 @@ def test_changed_and_deleted_cells_are_flagged_and_restored(tmp_path):
     assert accounting.changed_cells(broken, release)[0]["kind"] == "unreadable notebook"
 
 
+def test_combined_kinds_spoil_each_its_own_cells(tmp_path):
+    """The crafted class combines kinds (tests/notebooks/test_grading_crafted.py): each is
+    there as alone, and the accounting sees each of them."""
+    release = crafted.paths(LAB)[1]
+    both = _write(crafted.craft("tampered+deleted+leaks", LAB), tmp_path / "both.ipynb")
+    flags = accounting.changed_cells(both, release)
+    assert sorted(f["kind"] for f in flags) == ["deleted cell", "tampered cell"], flags
+    assert "test_model_loss" in str(flags) and "test_train_step" in str(flags)
+    assert sum("sleep" in c.source and "100000" in c.source for c in nbformat.read(both, as_version=4).cells) == 1
+    for bad in ("blank+leaks", "leaks+vandal", "leaks+nonsense"):
+        with pytest.raises(ValueError, match="combine"):
+            crafted.craft(bad, LAB)
+
+
 def test_flag_lines_round_trip():
     line = accounting.flag_line("inconclusive timing", "ratio 0.5")
     assert line.startswith(accounting.FLAG_PREFIX) and line.endswith("inconclusive timing: ratio 0.5")
