@@ -54,6 +54,41 @@ def pytest_sessionfinish(session, exitstatus):
         print(f"\nthe tests' temporary files are kept in {SUITE_TMP} (remove it when done)")
 
 
+#: CPU seconds of one ``import tensorflow`` (2.59, bench_labs at 5ed2b8a) in the session whose
+#: fresh-clone suite took 31:49 of pytest here (867 tests, 974d678, 2026-11-25): the unit that
+#: makes suite times of two days comparable
+IMPORT_CPU_NORMAL_S = 2.6
+_speed: dict[str, float] = {}
+
+
+def pytest_collection_finish(session):
+    """Measure this machine's speed today, before any test runs: the CPU seconds of one
+    ``import tensorflow`` (bench/bench_cluster_startup.py's unit; every cluster task pays it),
+    when the session runs tests that start processes. The summary prints it beside the
+    suite's time: a day this machine kind runs 2x slower shows as 2x the unit."""
+    if not session.config.getoption("collectonly") and any(
+        item.get_closest_marker("process") or item.get_closest_marker("notebook") for item in session.items
+    ):
+        spec = importlib.util.spec_from_file_location(
+            "bench_cluster_startup", Path(__file__).resolve().parents[1] / "bench" / "bench_cluster_startup.py"
+        )
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        _speed["import_cpu_s"] = bench.import_cpu_seconds(dict(os.environ))
+        _speed["start"] = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if "import_cpu_s" in _speed:
+        unit = _speed["import_cpu_s"]
+        minutes = (time.monotonic() - _speed["start"]) / 60
+        terminalreporter.write_line(
+            f"machine speed: an `import tensorflow` took {unit:.2f} CPU seconds before the tests "
+            f"({IMPORT_CPU_NORMAL_S} on a normal day); the tests took {minutes:.1f} min, "
+            f"{minutes * IMPORT_CPU_NORMAL_S / unit:.1f} min at a normal day's speed"
+        )
+
+
 def _gpu_count() -> int:
     if not shutil.which("nvidia-smi"):
         return 0
