@@ -46,6 +46,7 @@ from lab_utils.training import loop
 
 __all__ = [
     "fit_workers",
+    "fit_sweep",
     "task_memory",
     "cluster_memory",
     "inspect_graph",
@@ -129,6 +130,44 @@ def fit_workers(
             why.append(f"cores: {cores} usable, at most {WORKERS_PER_CORE} workers per core")
         print(f"[lab_utils] {requested} workers do not fit here ({'; '.join(why)}): using {fit}", flush=True)
     return fit
+
+
+def fit_sweep(
+    sizes: Sequence[int],
+    ps: int = 1,
+    *,
+    memory_per_task: int | None = None,
+    available: int | None = None,
+) -> list[int]:
+    """The worker counts of a sweep (``sizes``: Lab 4's Part D runs 1 PS + n workers for
+    each n) whose cluster fits the memory available now, by :func:`cluster_memory`, in the
+    order given. Prints one line naming those left out (a slow machine's limit: Binder's
+    2 GB holds 1 PS + 3 full-MNIST workers beside the kernel, not 4); raises
+    :class:`ResourceError` when none fits. Cores are not counted: a sweep shows what happens
+    past them (its oversubscribed points are marked)."""
+    sizes = list(sizes)
+    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
+        raise ValueError(f"sizes must be worker counts >= 1, got {sizes!r}")
+    avail = available_memory_bytes() if available is None else available
+    keep = [n for n in sizes if cluster_memory(n, ps, memory_per_task=memory_per_task) <= avail]
+    dropped = [n for n in sizes if n not in keep]
+    if dropped:
+        first = min(dropped)
+        need = cluster_memory(first, ps, memory_per_task=memory_per_task)
+        workers = f"{first} worker{'s' if first > 1 else ''}"
+        what = f"{ps} PS + {workers}" if ps else workers
+        if not keep:
+            raise ResourceError(
+                f"no size of this sweep fits: {what} need about {need / MB:,.0f} MB, {avail / MB:,.0f} MB are "
+                "available under this session's limit; close other notebooks (Kernel > Shut Down Kernel) "
+                "or run `python -m lab_utils reap`"
+            )
+        print(
+            f"[lab_utils] {', '.join(map(str, dropped))} workers do not fit here ({what} need about "
+            f"{need / MB:,.0f} MB, {avail / MB:,.0f} MB available): the sweep runs {', '.join(map(str, keep))}",
+            flush=True,
+        )
+    return keep
 
 
 @dataclass

@@ -48,6 +48,20 @@ def test_fit_workers_scales_down_on_memory_with_a_message(capsys):
     assert ps_runs.fit_workers(4, available=PS_TASK + 2 * PER_TASK - 1, cores=8) == 1
 
 
+def test_a_sweep_keeps_the_sizes_that_fit_and_says_which_it_leaves_out(capsys):
+    room = PS_TASK + 3 * PER_TASK  # Binder's 2 GB beside Lab 4's kernel holds 1 PS + 3 workers
+    assert ps_runs.fit_sweep([1, 2, 3, 4], available=room) == [1, 2, 3]
+    out = capsys.readouterr().out
+    assert out.startswith("[lab_utils] 4 workers do not fit here (1 PS + 4 workers need") and "runs 1, 2, 3" in out
+    assert ps_runs.fit_sweep([4, 1], available=room + PER_TASK) == [4, 1]  # all fit: the order kept, nothing said
+    assert capsys.readouterr().out == ""
+    with pytest.raises(ResourceError, match="no size of this sweep fits: 1 PS \\+ 1 worker need"):
+        ps_runs.fit_sweep([1, 2], available=PS_TASK)
+    for bad in ([], [0, 1], [1.5], [True]):
+        with pytest.raises(ValueError, match="worker counts"):
+            ps_runs.fit_sweep(bad, available=room)
+
+
 def test_fit_workers_scales_down_on_cores(capsys):
     assert ps_runs.fit_workers(4, available=100 * PER_TASK, cores=1) == 2
     assert "cores: 1 usable" in capsys.readouterr().out
