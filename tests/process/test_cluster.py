@@ -20,6 +20,9 @@ import pytest
 
 from lab_utils.cluster import BIND_FAILED_EXIT, ClusterError, TFCluster, hosts, job, reap, userns
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+from procs import alive as procs_alive  # noqa: E402
+
 pytestmark = pytest.mark.process
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -46,7 +49,7 @@ def wait_gone(procs: list[psutil.Process], within: float) -> list[psutil.Process
     deadline = time.monotonic() + within
     alive = procs
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if procs_alive(p)]
         time.sleep(0.05)
     return alive
 

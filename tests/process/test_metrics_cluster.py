@@ -14,6 +14,9 @@ import pytest
 from lab_utils import report
 from lab_utils.metrics import Monitor
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+from procs import alive as procs_alive  # noqa: E402
+
 pytestmark = pytest.mark.process
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -28,7 +31,7 @@ def no_leaks(tmp_path, monkeypatch):
     yield
     deadline = time.monotonic() + 10
     while True:
-        left = [p for p in me.children(recursive=True) if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+        left = [p for p in me.children(recursive=True) if p.pid not in before and procs_alive(p)]
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.05)

@@ -19,6 +19,9 @@ import pytest
 
 from lab_utils.cluster import ClusterError, MPIJob
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+from procs import alive as procs_alive  # noqa: E402
+
 pytestmark = pytest.mark.process
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -196,7 +199,7 @@ def test_kernel_sigkill_stops_mpirun_and_its_ranks():
     end = time.monotonic() + 10
     alive = procs
     while alive and time.monotonic() < end:
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if procs_alive(p)]
         time.sleep(0.05)
     for p in alive:
         p.kill()

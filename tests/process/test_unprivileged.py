@@ -20,6 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import unprivileged  # noqa: E402
+from procs import alive as procs_alive  # noqa: E402
 
 pytestmark = pytest.mark.process
 
@@ -43,7 +44,7 @@ def _left(user: unprivileged.Unprivileged) -> list[str]:
     while True:
         left = []
         for p in psutil.process_iter(["pid", "uids", "cmdline"]):
-            if p.info["uids"] and p.info["uids"].real == user.uid and p.status() != psutil.STATUS_ZOMBIE:
+            if p.info["uids"] and p.info["uids"].real == user.uid and procs_alive(p):
                 left.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:160]}")
         if not left or time.monotonic() > deadline:
             return left
