@@ -43,6 +43,7 @@ and *not* flattened; labels ``int64`` 0-9.
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import hashlib
 import os
@@ -379,13 +380,51 @@ def _cifar_from_tar(archive: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return batches
 
 
-def _cifar_images(x: np.ndarray) -> np.ndarray:
+def _cifar_images(parts: list[np.ndarray], raw: bool = False) -> np.ndarray:
     """uint8 (N, 3072) rows, channel-major (1024 R, 1024 G, 1024 B, each row by
-    row) -> float32 (N, 32, 32, 3) in [0, 1], C-contiguous, no float64 copy."""
-    nhwc = x.reshape(len(x), 3, 32, 32).transpose(0, 2, 3, 1)
-    out = np.empty(nhwc.shape, dtype=np.float32)
-    np.divide(nhwc, 255, out=out, dtype=np.float32)
+    row), one array per batch -> one C-contiguous (sum N, 32, 32, 3) array: float32 in
+    [0, 1], or with ``raw`` the uint8 bytes themselves (:func:`pixels` converts them
+    later, to the same float32 values bit for bit). Each batch is written into the
+    result in place: no concatenated copy, no float64."""
+    out = np.empty((sum(len(x) for x in parts), 32, 32, 3), dtype=np.uint8 if raw else np.float32)
+    start = 0
+    for x in parts:
+        nhwc = x.reshape(len(x), 3, 32, 32).transpose(0, 2, 3, 1)
+        if raw:
+            out[start : start + len(x)] = nhwc
+        else:
+            np.divide(nhwc, 255, out=out[start : start + len(x)], dtype=np.float32)
+        start += len(x)
     return out
+
+
+def _cifar_dataset(batches: dict[str, tuple[np.ndarray, np.ndarray]], source: str, raw: bool) -> Dataset:
+    train = [batches[name] for name in CIFAR_BATCHES[:-1]]
+    x_test, y_test = batches["test_batch"]
+    return Dataset(
+        _cifar_images([x for x, _ in train], raw),
+        np.concatenate([y for _, y in train]),
+        _cifar_images([x_test], raw),
+        y_test,
+        source,
+        "cifar10",
+        stand_in=source == "LABS_DATA_DIR" and is_stand_in(config.get("LABS_DATA_DIR")),
+    )
+
+
+def _give_back_freed_heap() -> None:
+    """Hand the heap pages that decoding freed back to the system (glibc's ``malloc_trim``).
+
+    Unpickling a CIFAR-10 batch makes tens of MB of temporary strings. Once the first of
+    them is freed, glibc raises its mmap threshold, so the later ones come from the heap,
+    and freeing them leaves about 150 MB that the process would hold, unused, for the rest
+    of its life: in each rank and each kernel of Lab 5, under a 2 GB limit. Without glibc
+    (musl, macOS) there is no such function, and nothing to do."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc: its allocator gives memory back by itself, or not at all
+        return
+    trim(0)
 
 
 def _cifar_candidates() -> list[tuple[str, Path]]:
@@ -409,6 +448,8 @@ def load_cifar10(
     synthetic_train: int = 5000,
     synthetic_test: int = 1000,
     seed: int = 0,
+    *,
+    raw: bool = False,
 ) -> Dataset:
     """CIFAR-10 as float32 [0, 1] images (N, 32, 32, 3) and int64 labels 0-9,
     from the first source available (see the module docstring), else the
@@ -419,7 +460,12 @@ def load_cifar10(
     for the same signature as :func:`load_mnist`; it never skips local files,
     and since nothing here touches the network it changes nothing. A source that
     is present but damaged raises ``ValueError`` naming the file. Prints which
-    source it used when ``verbose``."""
+    source it used when ``verbose``.
+
+    ``raw=True`` (a training process's load, and a kernel that only describes the data):
+    the images of both sets stay uint8 (N, 32, 32, 3), 184 MB instead of 737 MB of
+    float32, for :func:`pixels` to convert one batch at a time
+    (:func:`lab_utils.training.loop.batches` does). The synthetic stand-in is float32 either way."""
     _check_synthetic_args(synthetic_train, synthetic_test, 32, 10)
     if offline is None:
         config.flag("LABS_OFFLINE")  # read like load_mnist() does, so a malformed value fails the same way
@@ -432,17 +478,9 @@ def load_cifar10(
             batches = _cifar_from_dir(path)
         else:
             continue
-        train = [batches[name] for name in CIFAR_BATCHES[:-1]]
-        x_test, y_test = batches["test_batch"]
-        ds = Dataset(
-            _cifar_images(np.concatenate([x for x, _ in train])),
-            np.concatenate([y for _, y in train]),
-            _cifar_images(x_test),
-            y_test,
-            source,
-            "cifar10",
-            stand_in=source == "LABS_DATA_DIR" and is_stand_in(config.get("LABS_DATA_DIR")),
-        )
+        ds = _cifar_dataset(batches, source, raw)
+        del batches  # the decoded batches: freed now, then given back to the system
+        _give_back_freed_heap()
         break
     if ds is None:
         if verbose:

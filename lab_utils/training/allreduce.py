@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lab_utils import report
+from lab_utils.data import pixels
 from lab_utils.training import loop
 
 __all__ = [
@@ -194,7 +195,8 @@ def loss_fn(logits, labels):
 
 
 def _accuracy(model, x, y, chunk: int = 500) -> float:
-    logits = np.concatenate([model(x[i : i + chunk], training=False).numpy() for i in range(0, len(y), chunk)])
+    batches = (pixels(x[i : i + chunk]) for i in range(0, len(y), chunk))  # CIFAR's test images are bytes
+    logits = np.concatenate([model(batch, training=False).numpy() for batch in batches])
     return float(np.mean(np.argmax(logits, axis=1) == y))
 
 
@@ -205,7 +207,7 @@ def load_data(settings: Settings):
 
     if settings.model != "alexnet":
         return lab_data.load_mnist(verbose=False, raw=True)  # training images as bytes: float per batch
-    d = lab_data.load_cifar10(verbose=False)
+    d = lab_data.load_cifar10(verbose=False, raw=True)  # images as bytes: float per batch
     n = ALEXNET_EVAL_EXAMPLES
     return lab_data.Dataset(d.x_train, d.y_train, d.x_test[:n], d.y_test[:n], d.source, d.name, d.num_classes)
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lab_utils import data as lab_data
 from lab_utils import report
 from lab_utils.training import devices as lab_devices
 from lab_utils.training import loop
@@ -122,10 +123,8 @@ def _precision(a, tier, tf) -> str:
 
 
 def _data(a, global_batch: int):
-    from lab_utils import data as lab_data
-
     if a.variant == "cifar":
-        return lab_data.load_cifar10(verbose=False)
+        return lab_data.load_cifar10(verbose=False, raw=True)  # images as bytes: float per batch
     # The 224 network on the seed's "fake dataset": one synthetic batch's worth of images, reused.
     return lab_data.synthetic_imagenet(global_batch, 0, image_size=224, num_classes=1000, seed=a.seed)
 
@@ -173,7 +172,9 @@ def _accuracy(model, data, device: str, tf) -> float | None:
     if not len(y):
         return None
     with tf.device(device):
-        logits = np.concatenate([model(x[i : i + 250], training=False).numpy() for i in range(0, len(y), 250)])
+        logits = np.concatenate(
+            [model(lab_data.pixels(x[i : i + 250]), training=False).numpy() for i in range(0, len(y), 250)]
+        )
     return float(np.mean(np.argmax(logits, axis=1) == y))
 
 

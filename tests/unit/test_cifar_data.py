@@ -97,6 +97,23 @@ def test_channel_order(no_sources, monkeypatch):
     assert (ds.x_train[1, ..., 0] == _px(1)).all()
 
 
+@pytest.mark.parametrize("form", ["folder", "tarball"])
+def test_raw_keeps_bytes_that_pixels_turns_into_the_same_floats(no_sources, monkeypatch, form):
+    if form == "folder":
+        _write_dir(no_sources / "d" / "cifar-10-batches-py")
+    else:
+        _write_tar(no_sources / "d" / "cifar-10-python.tar.gz")
+    monkeypatch.setenv("LABS_DATA_DIR", str(no_sources / "d"))
+    floats, raw = data.load_cifar10(verbose=False), data.load_cifar10(verbose=False, raw=True)
+    for f, r in ((floats.x_train, raw.x_train), (floats.x_test, raw.x_test)):
+        assert r.dtype == np.uint8 and r.shape == f.shape and r.flags["C_CONTIGUOUS"]
+        assert np.array_equal(data.pixels(r).view(np.uint32), f.view(np.uint32))  # bit for bit, batch or whole
+        assert np.array_equal(data.pixels(r[4:9]), f[4:9])
+    assert raw.x_train[0, 3, 3].tolist() == [255, 0, 0] and raw.x_train[1, 4, 9].tolist() == [1, 4, 9]
+    assert np.array_equal(raw.y_train, floats.y_train) and np.array_equal(raw.y_test, floats.y_test)
+    assert (raw.source, raw.name, raw.stand_in) == (floats.source, floats.name, floats.stand_in)
+
+
 def test_labs_data_dir_folder(no_sources, monkeypatch, capsys):
     _write_dir(no_sources / "d" / "cifar-10-batches-py")
     monkeypatch.setenv("LABS_DATA_DIR", str(no_sources / "d"))
