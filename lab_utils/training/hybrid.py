@@ -48,12 +48,64 @@ from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training import hybrid_task
 from lab_utils.training.netexp import run_ranks
 
-__all__ = ["MODES", "RANK_MEMORY_BYTES", "run", "experiment", "plot"]
+__all__ = ["MODES", "RANK_MEMORY_BYTES", "fit_workers", "run", "experiment", "plot"]
 
 MODES = hybrid_task.MODES
-#: One rank: TensorFlow and Horovod, a copy of the table, its dense gradient, Horovod's
-#: buffer (an ``allreduce`` worker peaked at 640 MB resident, measured; a ``hybrid`` one at 550 MB).
-RANK_MEMORY_BYTES = 700 * 1024**2
+MB = 1024**2
+#: One rank's private (anonymous) resident memory, by mode: TensorFlow and Horovod, a copy
+#: of the model, its gradients and Horovod's buffers. Measured (/proc/PID/status RssAnon,
+#: sampled every 0.3 s; 2 and 4 workers over loopback, 2026-11-27): ``allreduce`` ranks
+#: peaked at 438 MB (the table's gradient made dense, and Horovod's fusion buffer for it),
+#: ``hybrid`` ranks at 289 MB, ``ps`` ranks at 271 MB, the PS ranks below their workers.
+#: About 10 % is added. TensorFlow's library pages (240 MB more resident) are shared by
+#: every rank and charged once, as for :data:`lab_utils.cluster.TF_TASK_MEMORY_BYTES`.
+RANK_MEMORY_BYTES = {"allreduce": 480 * MB, "hybrid": 320 * MB, "ps": 320 * MB}
+
+
+def _ranks(mode: str, workers: int) -> int:
+    return workers + (mode != "allreduce")  # ps and hybrid: a PS rank too
+
+
+def fit_workers(workers: Sequence[int], modes: Sequence[str] = MODES, *, available: int | None = None) -> list[int]:
+    """The worker counts of :func:`experiment` whose every mode fits the memory available
+    now (by :data:`RANK_MEMORY_BYTES`, as the launcher checks each run), in the order given.
+    Prints one line naming those left out and what the others still show (Binder's 2 GB
+    holds 3 ``allreduce`` ranks beside the kernel, not 4); raises :class:`ResourceError`
+    when none fits."""
+    from lab_utils.cluster import ResourceError
+    from lab_utils.resources import available_memory_bytes
+
+    workers = list(workers)
+    if not workers or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in workers):
+        raise ValueError(f"workers must be counts >= 1, got {workers!r}")
+    avail = available_memory_bytes() if available is None else available
+
+    def need(w: int) -> tuple[int, str]:
+        return max((_ranks(m, w) * RANK_MEMORY_BYTES[m], m) for m in modes)
+
+    keep = [w for w in workers if need(w)[0] <= avail]
+    dropped = [w for w in workers if w not in keep]
+    if dropped:
+        first = min(dropped)
+        size, mode = need(first)
+        what = f"{mode} with {first} worker{'s' if first > 1 else ''} ({_ranks(mode, first)} ranks)"
+        if not keep:
+            raise ResourceError(
+                f"no size of this experiment fits: {what} needs about {size / MB:,.0f} MB, {avail / MB:,.0f} MB "
+                "are available under this session's limit; close other notebooks (Kernel > Shut Down Kernel) "
+                "or run `python -m lab_utils reap`"
+            )
+        print(
+            f"[lab_utils] {', '.join(map(str, dropped))} workers do not fit here ({what} needs about "
+            f"{size / MB:,.0f} MB, {avail / MB:,.0f} MB available): the runs use {', '.join(map(str, keep))}; "
+            + (
+                "the PS's traffic still grows with the workers in ps mode, and not in hybrid"
+                if len(keep) > 1
+                else "one size shows the three modes side by side, not how they grow with the workers"
+            ),
+            flush=True,
+        )
+    return keep
 
 
 def _task_args(mode: str, steps: int, warmup: int, batch_size: int, options: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +151,7 @@ def run(
         ring=mode != "ps",  # Horovod's MPI_Allreduce: Open MPI's ring
         hosts=hosts,
         steps=warmup + steps,
-        memory_per_rank=RANK_MEMORY_BYTES,
+        memory_per_rank=RANK_MEMORY_BYTES[mode],
         timeout=timeout,
         progress=progress,
         name=f"hybrid-{mode}-{workers}",
@@ -119,15 +171,17 @@ def run(
 
 
 def experiment(workers: Sequence[int] = (2, 4), modes: Sequence[str] = MODES, **kwargs: Any):
-    """Every mode at every worker count (same model, data and links): a pandas table of
-    :func:`run`'s rows plus ``vs_allreduce``, each run's throughput over all-reduce's with
-    as many workers (when ``allreduce`` is among the modes)."""
+    """Every mode at every worker count that fits here (same model, data and links; see
+    :func:`fit_workers`): a pandas table of :func:`run`'s rows plus ``vs_allreduce``, each
+    run's throughput over all-reduce's with as many workers (when ``allreduce`` is among
+    the modes)."""
     import pandas as pd
 
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise ValueError(f"modes must be a non-empty selection of {MODES}, got {tuple(modes)!r}")
     spec = netem.spec_or_local(kwargs.pop("hosts", "emulated:100mbit"))  # the fallback line once, not per run
+    workers = fit_workers(workers, modes)
     rows = []
     for w in workers:
         for mode in modes:

@@ -207,6 +207,46 @@ def test_an_incomplete_run_is_an_error(monkeypatch):
         hybrid.run("hybrid", 2, hosts="local")
 
 
+def test_each_mode_is_checked_with_its_own_measured_rank_memory(monkeypatch):
+    monkeypatch.setattr(netexp, "MPIJob", _FakeJob)
+    for mode in hybrid.MODES:
+        if mode == "allreduce":  # the fake job's results hold a PS: the run refuses them, after launching
+            with pytest.raises(RuntimeError, match="not every rank reported"):
+                hybrid.run(mode, 2, hosts="emulated:100mbit")
+        else:
+            hybrid.run(mode, 2, hosts="emulated:100mbit")
+        assert _FakeJob.made[-1].kwargs["memory_per_rank"] == hybrid.RANK_MEMORY_BYTES[mode]
+    assert hybrid.RANK_MEMORY_BYTES["allreduce"] > hybrid.RANK_MEMORY_BYTES["hybrid"] >= hybrid.RANK_MEMORY_BYTES["ps"]
+
+
+def test_fit_workers_keeps_the_sizes_whose_every_mode_fits(capsys):
+    mb = hybrid.MB
+    # allreduce: 480 MB a rank; hybrid and ps: 320 MB a rank, a PS rank too
+    assert hybrid.fit_workers([2, 4], available=2000 * mb) == [2, 4]  # 4 x 480 = 1,920; 5 x 320 = 1,600
+    assert capsys.readouterr().out == ""
+    assert hybrid.fit_workers([2, 3, 4], available=1700 * mb) == [2, 3]  # Binder: 4 allreduce ranks do not fit
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "4 workers do not fit here (allreduce with 4 workers (4 ranks)" in out
+    assert "1,920 MB, 1,700 MB available): the runs use 2, 3; the PS's traffic still grows" in out
+    assert hybrid.fit_workers([4, 2], modes=("ps", "hybrid"), available=1000 * mb) == [2]  # 3 x 320 = 960
+    assert "(ps with 4 workers (5 ranks) needs about 1,600 MB" in capsys.readouterr().out
+    assert hybrid.fit_workers([2, 3], available=1000 * mb) == [2]
+    assert "the runs use 2; one size shows the three modes side by side, not how they grow" in capsys.readouterr().out
+
+
+def test_fit_workers_refuses_when_nothing_fits_or_the_sizes_are_bad():
+    from lab_utils.cluster import ResourceError
+
+    with pytest.raises(
+        ResourceError,
+        match=r"no size of this experiment fits: ps with 2 workers \(3 ranks\) needs about 960 MB, 900 MB",
+    ):
+        hybrid.fit_workers([2, 4], available=900 * hybrid.MB)
+    for bad in ([], [0], [True], ["2"]):
+        with pytest.raises(ValueError, match="workers must be counts >= 1"):
+            hybrid.fit_workers(bad, available=10**12)
+
+
 @pytest.mark.parametrize("emulated", [True, False])
 def test_plot_shows_throughput_and_bytes_per_host(emulated):
     pd = pytest.importorskip("pandas")
