@@ -69,9 +69,10 @@ def _ranks(mode: str, workers: int) -> int:
 def fit_workers(workers: Sequence[int], modes: Sequence[str] = MODES, *, available: int | None = None) -> list[int]:
     """The worker counts of :func:`experiment` whose every mode fits the memory available
     now (by :data:`RANK_MEMORY_BYTES`, as the launcher checks each run), in the order given.
-    Prints one line naming those left out and what the others still show (Binder's 2 GB
-    holds 3 ``allreduce`` ranks beside the kernel, not 4); raises :class:`ResourceError`
-    when none fits."""
+    A count left out is replaced, last, by the largest smaller one (2 or more) that fits, if it is not there
+    already: Binder's 2 GB holds 3 ``allreduce`` ranks beside the kernel, not 4, so
+    ``[2, 4]`` becomes ``[2, 3]``, and the table still shows how each mode grows. Prints one
+    line saying so; raises :class:`ResourceError` when nothing fits."""
     from lab_utils.cluster import ResourceError
     from lab_utils.resources import available_memory_bytes
 
@@ -83,8 +84,12 @@ def fit_workers(workers: Sequence[int], modes: Sequence[str] = MODES, *, availab
     def need(w: int) -> tuple[int, str]:
         return max((_ranks(m, w) * RANK_MEMORY_BYTES[m], m) for m in modes)
 
-    keep = [w for w in workers if need(w)[0] <= avail]
-    dropped = [w for w in workers if w not in keep]
+    fits = [w for w in workers if need(w)[0] <= avail]
+    dropped = [w for w in workers if w not in fits]
+    # in place of those left out, the largest count that fits, when it adds a size (from 2:
+    # with 1 worker there is no all-reduce to compare)
+    instead = max((n for n in range(2, min(dropped, default=2)) if need(n)[0] <= avail), default=None)
+    keep = fits + ([instead] if instead is not None and instead not in fits else [])
     if dropped:
         first = min(dropped)
         size, mode = need(first)

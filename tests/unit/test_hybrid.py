@@ -228,10 +228,13 @@ def test_fit_workers_keeps_the_sizes_whose_every_mode_fits(capsys):
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "4 workers do not fit here (allreduce with 4 workers (4 ranks)" in out
     assert "1,920 MB, 1,700 MB available): the runs use 2, 3; the PS's traffic still grows" in out
+    assert hybrid.fit_workers([2, 4], available=1700 * mb) == [2, 3]  # the largest that fits, in place of 4
+    assert "the runs use 2, 3;" in capsys.readouterr().out
     assert hybrid.fit_workers([4, 2], modes=("ps", "hybrid"), available=1000 * mb) == [2]  # 3 x 320 = 960
     assert "(ps with 4 workers (5 ranks) needs about 1,600 MB" in capsys.readouterr().out
     assert hybrid.fit_workers([2, 3], available=1000 * mb) == [2]
     assert "the runs use 2; one size shows the three modes side by side, not how they grow" in capsys.readouterr().out
+    assert hybrid.fit_workers([3], available=1000 * mb) == [2]  # 3 do not fit: 2 do, in their place
 
 
 def test_fit_workers_refuses_when_nothing_fits_or_the_sizes_are_bad():
