@@ -31,6 +31,12 @@ VARIABLES = {
             "a folder holding mnist.npz (and cifar-10-batches-py/ for Lab 5): used before any download",
         ),
         Var("LABS_DOWNLOAD_TIMEOUT", "10", "seconds load_mnist() waits for the download"),
+        Var(
+            "LABS_CACHE_DIR",
+            None,
+            "where decoded datasets are kept as read-only memory-mapped files that every process shares "
+            "(default $XDG_CACHE_HOME/lab_utils or ~/.cache/lab_utils); off: each process decodes its own copy",
+        ),
         Var("LABS_RUN_ROOT", None, "where cluster run directories go (default ~/.lab_runs)"),
         Var("LABS_RUN_DIR", None, "set by the launcher: this task's run directory"),
         Var("LABS_TASK", None, "set by the launcher: this task's name, e.g. worker:1"),

@@ -59,7 +59,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from lab_utils import config
+from lab_utils import config, data_cache
 
 __all__ = [
     "Dataset",
@@ -86,6 +86,8 @@ CIFAR_TARBALL = "cifar-10-python.tar.gz"  # the archive's name on www.cs.toronto
 CIFAR_BATCHES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch")
 CIFAR_PIXELS = 32 * 32 * 3
 SYNTHETIC_IMAGENET = "synthetic-imagenet"
+#: The arrays of a dataset, as a Keras .npz names them (and :mod:`lab_utils.data_cache` keeps them)
+ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
 
 @dataclass(frozen=True)
@@ -143,8 +145,15 @@ def _keras_cache_file() -> Path:
 
 
 def _from_npz(path: Path, source: str, raw: bool = False) -> Dataset:
-    with np.load(path, allow_pickle=False) as f:
-        x_train, y_train, x_test, y_test = f["x_train"], f["y_train"], f["x_test"], f["y_test"]
+    """MNIST from a Keras-format ``.npz``, its arrays mapped from this user's cache
+    (:mod:`lab_utils.data_cache`: read from ``path`` once, then shared by every process)."""
+
+    def read() -> dict[str, np.ndarray]:
+        with np.load(path, allow_pickle=False) as f:
+            return {name: f[name] for name in ARRAYS}
+
+    arrays, _ = data_cache.mapped("mnist", [path], ARRAYS, read, what="MNIST")
+    x_train, y_train, x_test, y_test = (arrays[name] for name in ARRAYS)
     if raw and x_train.dtype == np.uint8:  # a task's training images stay bytes: pixels() per batch
         x_train = x_train.reshape(len(x_train), -1)
     else:
@@ -380,32 +389,51 @@ def _cifar_from_tar(archive: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return batches
 
 
-def _cifar_images(parts: list[np.ndarray], raw: bool = False) -> np.ndarray:
+def _cifar_images(parts: list[np.ndarray]) -> np.ndarray:
     """uint8 (N, 3072) rows, channel-major (1024 R, 1024 G, 1024 B, each row by
-    row), one array per batch -> one C-contiguous (sum N, 32, 32, 3) array: float32 in
-    [0, 1], or with ``raw`` the uint8 bytes themselves (:func:`pixels` converts them
-    later, to the same float32 values bit for bit). Each batch is written into the
-    result in place: no concatenated copy, no float64."""
-    out = np.empty((sum(len(x) for x in parts), 32, 32, 3), dtype=np.uint8 if raw else np.float32)
+    row), one array per batch -> one C-contiguous uint8 (sum N, 32, 32, 3) array (:func:`pixels`
+    turns it into float32 in [0, 1]). Each batch is written into the result in place: no
+    concatenated copy."""
+    out = np.empty((sum(len(x) for x in parts), 32, 32, 3), dtype=np.uint8)
     start = 0
     for x in parts:
-        nhwc = x.reshape(len(x), 3, 32, 32).transpose(0, 2, 3, 1)
-        if raw:
-            out[start : start + len(x)] = nhwc
-        else:
-            np.divide(nhwc, 255, out=out[start : start + len(x)], dtype=np.float32)
+        out[start : start + len(x)] = x.reshape(len(x), 3, 32, 32).transpose(0, 2, 3, 1)
         start += len(x)
     return out
 
 
-def _cifar_dataset(batches: dict[str, tuple[np.ndarray, np.ndarray]], source: str, raw: bool) -> Dataset:
-    train = [batches[name] for name in CIFAR_BATCHES[:-1]]
-    x_test, y_test = batches["test_batch"]
+def _cifar_arrays(read, path: Path, files: list[Path]) -> dict[str, np.ndarray]:
+    """The four arrays of the CIFAR-10 at ``path`` (``files``: what it is read from), images
+    as uint8 NHWC: mapped from this user's cache (:mod:`lab_utils.data_cache`), decoded by
+    ``read(path)`` and kept there by the first process that needs them."""
+
+    def decode() -> dict[str, np.ndarray]:
+        batches = read(path)
+        train = [batches[name] for name in CIFAR_BATCHES[:-1]]
+        x_test, y_test = batches["test_batch"]
+        arrays = {
+            "x_train": _cifar_images([x for x, _ in train]),
+            "y_train": np.concatenate([y for _, y in train]),
+            "x_test": _cifar_images([x_test]),
+            "y_test": y_test,
+        }
+        del batches, train, x_test  # the decoded batches: freed now, then given back to the system
+        _give_back_freed_heap()
+        return arrays
+
+    arrays, _ = data_cache.mapped("cifar10", files, ARRAYS, decode, what="CIFAR-10")
+    return arrays
+
+
+def _cifar_dataset(arrays: dict[str, np.ndarray], source: str, raw: bool) -> Dataset:
+    """A Dataset of :func:`_cifar_arrays`' arrays: the images as they are with ``raw``, else
+    float32 (:func:`pixels`: the same values bit for bit)."""
+    x_train, x_test = arrays["x_train"], arrays["x_test"]
     return Dataset(
-        _cifar_images([x for x, _ in train], raw),
-        np.concatenate([y for _, y in train]),
-        _cifar_images([x_test], raw),
-        y_test,
+        x_train if raw else pixels(x_train),
+        arrays["y_train"],
+        x_test if raw else pixels(x_test),
+        arrays["y_test"],
         source,
         "cifar10",
         stand_in=source == "LABS_DATA_DIR" and is_stand_in(config.get("LABS_DATA_DIR")),
@@ -473,14 +501,12 @@ def load_cifar10(
     candidates = _cifar_candidates()
     for source, path in candidates:
         if path.name.endswith(".tar.gz") and path.is_file():
-            batches = _cifar_from_tar(path)
+            arrays = _cifar_arrays(_cifar_from_tar, path, [path])
         elif not path.name.endswith(".tar.gz") and path.is_dir():
-            batches = _cifar_from_dir(path)
+            arrays = _cifar_arrays(_cifar_from_dir, path, [path / name for name in CIFAR_BATCHES])
         else:
             continue
-        ds = _cifar_dataset(batches, source, raw)
-        del batches  # the decoded batches: freed now, then given back to the system
-        _give_back_freed_heap()
+        ds = _cifar_dataset(arrays, source, raw)
         break
     if ds is None:
         if verbose:

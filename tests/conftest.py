@@ -40,6 +40,10 @@ def _suite_tmpdir() -> tuple[str, bool]:
 
 
 SUITE_TMP, _SUITE_TMP_MADE_HERE = _suite_tmpdir()
+# The suite's dataset cache (lab_utils.data_cache), not the developer's ~/.cache: made now, so
+# that no module's check of the temporary directory counts it as that module's leftover.
+os.environ.setdefault("LABS_CACHE_DIR", os.path.join(SUITE_TMP, "data-cache"))
+os.makedirs(os.environ["LABS_CACHE_DIR"], mode=0o700, exist_ok=True)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -191,6 +191,9 @@ def grade(spec: dict) -> dict:
     if spec.get("reference_dir") and "LAB_GRADING_REFERENCE_DIR" not in kernel_env:
         kernel_env["LAB_GRADING_REFERENCE_DIR"] = spec["reference_dir"]
     kernel_env["LAB_GRADING_TIMING"] = json.dumps(spec["settings"]["timing"])
+    # No dataset cache in the sandbox: its home is on the disk_mb tmpfs, whose room is the
+    # submission's, and an entry written there would be memory the grading pays for once more.
+    kernel_env["LABS_CACHE_DIR"] = "off"
     if spec.get("timing_lock"):
         kernel_env["LAB_GRADING_TIMING_LOCK"] = spec["timing_lock"]
     if spec.get("uid"):
