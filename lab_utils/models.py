@@ -61,6 +61,9 @@ def import_tensorflow():
     notebook (this is an explicit, documented change to the kernel's logging).
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from lab_utils import resources
+
+    os.environ.update(resources.allocator_env())  # TensorFlow's own allocator, as in every task
     import tensorflow as tf  # noqa: WPS433 (import inside: keep `import lab_utils` cheap)
 
     tf.get_logger().setLevel(logging.ERROR)

@@ -22,6 +22,7 @@ __all__ = [
     "cgroup_limits",
     "usable_cores",
     "thread_env",
+    "allocator_env",
     "memory_limit_bytes",
     "available_memory_bytes",
     "host_kind",
@@ -182,6 +183,21 @@ def thread_env(env=None, root: str | os.PathLike = "/") -> dict[str, str]:
     env = os.environ if env is None else env
     cores = str(usable_cores(env, root))
     return {name: cores for name in THREAD_VARS if not env.get(name)}
+
+
+#: How a TensorFlow process allocates host memory: through TensorFlow's own best-fit allocator
+#: with coalescing (BFC, the one it uses for GPU memory), which reuses freed tensors' memory,
+#: instead of glibc's malloc, whose per-thread arenas keep what a step freed fragmented. Lab 5's
+#: MirroredStrategy process (AlexNet, width 1.0, 2 devices, batch 64 each) peaked at 0.66 GB
+#: of private memory with it and 0.87 GB without.
+ALLOCATOR_VARS = {"TF_CPU_ALLOCATOR_USE_BFC": "1"}
+
+
+def allocator_env(env=None) -> dict[str, str]:
+    """:data:`ALLOCATOR_VARS` for a process about to import TensorFlow; a variable already set
+    (by the student, by a site's configuration) is kept."""
+    env = os.environ if env is None else env
+    return {name: value for name, value in ALLOCATOR_VARS.items() if not env.get(name)}
 
 
 def memory_limit_bytes(env=None, root: str | os.PathLike = "/") -> int:

@@ -36,7 +36,7 @@ from typing import Any
 
 import psutil
 
-from lab_utils import config, report
+from lab_utils import config, report, resources
 from lab_utils.cluster import netem, rundir, userns
 from lab_utils.cluster.process import ClusterError, Recorded, Task, create_time, tail, terminate
 from lab_utils.display import StatusLine
@@ -136,6 +136,7 @@ class Job:
     def _base_env(self) -> dict:
         env = dict(os.environ)
         env.update({"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+        env.update(resources.allocator_env(env))
         env.update({config.RUN_DIR: str(self.run_dir), config.JOB: self.token})
         # The task must find lab_utils and the script's neighbours like the notebook does.
         paths = [self.cwd] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -6,6 +6,7 @@ import psutil
 import pytest
 
 from lab_utils import resources
+from lab_utils.cluster import TFCluster
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "cgroup"
 GiB = 1024**3
@@ -116,6 +117,18 @@ def test_thread_pools_are_sized_to_the_quota_and_a_set_size_is_kept():
     sized = resources.thread_env({}, FIX / "v2")
     assert sized == {name: "1" for name in resources.THREAD_VARS}
     assert "OMP_NUM_THREADS" not in resources.thread_env({"OMP_NUM_THREADS": "4"}, FIX / "v2")
+
+
+def test_tensorflow_allocates_through_its_own_allocator_unless_told_otherwise(monkeypatch):
+    assert resources.allocator_env({}) == {"TF_CPU_ALLOCATOR_USE_BFC": "1"}
+    assert resources.allocator_env({"TF_CPU_ALLOCATOR_USE_BFC": "0"}) == {}  # the student's, or the site's
+    # every task of a job gets it, wherever it runs
+    monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
+    job = TFCluster(ps=1, workers=1, script="-m lab_utils.training.towers", progress=False)
+    job.run_dir = Path("/tmp/x")
+    assert job._base_env()["TF_CPU_ALLOCATOR_USE_BFC"] == "1"
+    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "false")
+    assert job._base_env()["TF_CPU_ALLOCATOR_USE_BFC"] == "false"
 
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
