@@ -195,6 +195,8 @@ def loss_fn(logits, labels):
 
 
 def _accuracy(model, x, y, chunk: int = 500) -> float:
+    """Test accuracy, evaluated ``chunk`` examples at a time (AlexNet: the training batch, whose
+    activations the rank already holds; 500 at a time made rank 0 0.3 GB larger than the others)."""
     batches = (pixels(x[i : i + chunk]) for i in range(0, len(y), chunk))  # CIFAR's test images are bytes
     logits = np.concatenate([model(batch, training=False).numpy() for batch in batches])
     return float(np.mean(np.argmax(logits, axis=1) == y))
@@ -283,7 +285,8 @@ def train(
         done["steps"] += 1
         return done["steps"], last["loss"]
 
-    evaluate = (lambda: _accuracy(model, data.x_test, data.y_test)) if rank == 0 else None
+    chunk = settings.batch_size if settings.model == "alexnet" else 500
+    evaluate = (lambda: _accuracy(model, data.x_test, data.y_test, chunk)) if rank == 0 else None
     one(*next(batches), None)  # warm-up: tracing the step function and the first collectives, not timed
     stats = loop.run_steps(
         one,
@@ -296,7 +299,7 @@ def train(
     )
     head = {"strategy": settings.strategy, "model": settings.model, "rank": rank, "size": size, "loss": last["loss"]}
     if rank == 0:
-        head["accuracy"] = _accuracy(model, data.x_test, data.y_test)
+        head["accuracy"] = _accuracy(model, data.x_test, data.y_test, chunk)
         if settings.save_weights:
             save_weights(model, settings.save_weights)
         if settings.checkpoint_dir:
