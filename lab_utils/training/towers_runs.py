@@ -77,6 +77,31 @@ TABLE_UNITS = {
 TASK_MEMORY_BYTES = 1450 * 2**20
 
 
+#: Seconds of one core per training example of AlexNet-cifar at width 1.0, forward and backward:
+#: 29 ms measured (MirroredStrategy on 2 devices at batch 64, one thread, on a loaded core of this
+#: machine kind, 2026-11-27). The compute grows as the square of the width; the 224 network's
+#: is about twice the cifar one's per example.
+CORE_SECONDS_PER_EXAMPLE = 0.03
+#: A run is stopped as hung after its start-up allowance plus this many times its training's
+#: time on one such core (:func:`run_timeout`).
+TIMEOUT_MARGIN = 3
+#: Seconds a run may take beyond its training: start-up (an import of TensorFlow, the data, the
+#: first step's tracing) and the evaluation, at one loaded core.
+TIMEOUT_START_S = 900
+
+
+def run_timeout(args: Mapping[str, Any]) -> float:
+    """Seconds after which a run of ``args`` (the task's, with ``devices``) is stopped as hung:
+    :data:`TIMEOUT_START_S` plus :data:`TIMEOUT_MARGIN` times its training examples at
+    :data:`CORE_SECONDS_PER_EXAMPLE`, as if on one core (Binder's). Part B's 300 steps of
+    2 x 64 at width 1.0 train for about 19 minutes there: a guard of 73 minutes, where a fixed
+    15 minutes stopped a run that was merely slow."""
+    d = {**vars(make_parser().parse_args([])), **dict(args)}
+    examples = (int(d["steps"]) + int(d["warmup_steps"])) * int(d["batch_size"]) * int(d["devices"])
+    per_example = CORE_SECONDS_PER_EXAMPLE * float(d["width"]) ** 2 * (2 if d["variant"] == "224" else 1)
+    return TIMEOUT_START_S + TIMEOUT_MARGIN * examples * per_example
+
+
 def check_args(args: Mapping[str, Any]) -> None:
     """The task's own checks on ``args`` (``{"batch_size": 64}``): ValueError with its
     message for bad values, before anything starts (the student file is checked at launch)."""
@@ -201,7 +226,7 @@ def run_devices(
     save_weights: bool = False,
     monitor: bool = True,
     interval: float = 0.25,
-    timeout: float = 900,
+    timeout: float | None = None,
     progress: bool = False,
     label: str | None = None,
     live: bool = False,
@@ -210,11 +235,13 @@ def run_devices(
     one process; ``args`` go to the task (``batch_size`` per device, ``steps``, ``width``,
     ``dropout``, ``memory_limit_mb``, ...). ``monitor`` samples CPU, memory, network (and
     GPUs) for the resource table; ``live`` shows them as it trains (a static figure when
-    headless). Out of memory gives a run with ``oom`` True, not an error."""
+    headless). Out of memory gives a run with ``oom`` True, not an error. ``timeout``: seconds
+    before the run is stopped as hung (default :func:`run_timeout`, sized to its work)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
     args = {**dict(args or {}), "method": method, "devices": devices}
     check_args(args)
+    timeout = run_timeout(args) if timeout is None else timeout
     if method != "single":
         path = Path(student)
         if not path.is_file():

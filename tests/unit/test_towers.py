@@ -202,6 +202,21 @@ def _run(method, n, batch, examples_per_sec=None, *, oom=False, monitor=True, st
     return towers_runs.DeviceRun(f"{method}{n}", method, n, result, pd.DataFrame(), 3.0, monitor=mon)
 
 
+def test_a_run_s_hang_guard_is_sized_to_its_work():
+    """Part B's 300 steps at width 1.0 take about 19 minutes on one core: a fixed 15-minute
+    guard stopped them. The guard grows with the examples trained and the width squared."""
+    part_b = towers_runs.run_timeout({"devices": 2, "batch_size": 64, "steps": 300})
+    training_at_one_core = 301 * 128 * towers_runs.CORE_SECONDS_PER_EXAMPLE
+    assert part_b == pytest.approx(towers_runs.TIMEOUT_START_S + towers_runs.TIMEOUT_MARGIN * training_at_one_core)
+    assert part_b > 3600 and towers_runs.TIMEOUT_MARGIN >= 3
+    small = towers_runs.run_timeout({"devices": 1, "steps": 3})  # the parser's defaults fill the rest
+    assert towers_runs.TIMEOUT_START_S < small < part_b / 4
+    half = towers_runs.run_timeout({"devices": 2, "batch_size": 64, "steps": 300, "width": 0.5})
+    assert half - towers_runs.TIMEOUT_START_S == pytest.approx((part_b - towers_runs.TIMEOUT_START_S) / 4)
+    big = towers_runs.run_timeout({"devices": 1, "steps": 3, "variant": "224"})
+    assert big - towers_runs.TIMEOUT_START_S == pytest.approx(2 * (small - towers_runs.TIMEOUT_START_S))
+
+
 def test_device_run_properties_and_repr():
     run = _run("towers", 2, 32, 640.0)
     assert (run.ranks, run.oom, run.global_batch, run.tier) == (2, False, 64, "logical-cpu")
