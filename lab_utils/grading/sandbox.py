@@ -330,6 +330,23 @@ class Sandbox:
         except (FileNotFoundError, ValueError):
             return None
 
+    def working_set_bytes(self) -> tuple[int, int] | None:
+        """``(working set, private)`` memory of the sandbox's processes now: the cgroup's
+        usage less its inactive file cache (what the kubelet and ``docker stats`` count:
+        the kernel reclaims inactive files before any OOM kill), and its anonymous memory
+        alone. None without a cgroup."""
+        if not self._dirs:
+            return None
+        v1 = self.cgroup == "v1"
+        try:
+            usage = int((self._memory_dir / ("memory.usage_in_bytes" if v1 else "memory.current")).read_text())
+            stat = dict(line.split() for line in (self._memory_dir / "memory.stat").read_text().splitlines())
+        except (FileNotFoundError, ValueError):  # the cgroup is being removed
+            return None
+        inactive = int(stat.get("total_inactive_file" if v1 else "inactive_file", 0))
+        anon = int(stat.get("total_rss" if v1 else "anon", 0))
+        return max(0, usage - inactive), anon
+
     # ------------------------------------------------------------------ leftovers
     def members(self) -> list[int]:
         """PIDs of every process still in the sandbox."""

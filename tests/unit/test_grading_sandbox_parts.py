@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -226,6 +227,22 @@ def test_a_sandbox_nests_under_the_graders_own_cgroup():
         assert {d.parent for d in dirs} == {sandbox.own_cgroup_v1(c) for c in ("memory", "pids", "cpu")}, dirs
         assert all(d.name == box.name for d in dirs) and len(dirs) == 3
     assert sandbox.leftover_cgroups(os.getpid()) == []
+
+
+def test_a_sandbox_reads_its_working_set_and_private_memory(tmp_path):
+    """What bench_lab_memory samples: a process holding 80 MB of its own shows in both figures."""
+    if sandbox.cgroup_support() is None:
+        pytest.skip("needs root and cgroups")
+    hold = "import sys, time; x = bytearray(80 << 20); print('held', flush=True); time.sleep(120)"
+    with sandbox.Sandbox("ws-check", memory_mb=512, cpus=1, max_processes=8) as box:
+        assert box.working_set_bytes()[1] < 40 << 20  # nothing runs yet
+        proc = box.start([sys.executable, "-c", hold], log=tmp_path / "log")
+        deadline, now = time.monotonic() + 60, (0, 0)
+        while now[1] < 80 << 20 and time.monotonic() < deadline and proc.poll() is None:
+            now = box.working_set_bytes()
+            time.sleep(0.05)  # polling the cgroup under a deadline
+        assert now[1] >= 80 << 20 and now[0] >= now[1], (now, (tmp_path / "log").read_text())
+    assert box.working_set_bytes() is None  # closed: no cgroup left to read
 
 
 def test_a_quota_above_the_grader_caps_the_sandbox_quota(tmp_path):
