@@ -60,6 +60,18 @@ __all__ = [
 #: message needs its input, output and receive buffers.
 RANK_MEMORY_BYTES = 400 * 1024**2
 MB = 1024**2
+#: Private memory of one AlexNet process of Lab 5's Part D at the lab's defaults (width 1.0,
+#: batch 64, full-size CIFAR-10 mapped from the data cache, TensorFlow's BFC allocator, one
+#: thread each as on Binder), measured (/proc/PID/status RssAnon peaks, 2026-11-27, 2 ranks):
+#: a Horovod rank 494 MB, a MultiWorkerMirroredStrategy worker 714 MB (its gRPC server and
+#: collective executor come on top). Smaller widths hold less: an upper bound there.
+ALEXNET_RANK_MEMORY_BYTES = {"horovod": 520 * MB, "mwms": 750 * MB}
+
+
+def _alexnet_memory(args, kind: str) -> int | None:
+    """The memory to count per AlexNet process of ``kind``; None (the launcher's own figure
+    for a TensorFlow task) for the MNIST models."""
+    return ALEXNET_RANK_MEMORY_BYTES[kind] if dict(args or {}).get("model") == "alexnet" else None
 
 
 def _job(np_: int, script: str, args: Sequence[str], **kwargs) -> tuple[dict, MPIJob]:
@@ -282,6 +294,7 @@ def run_hvd(
         progress=progress,
         run_dir=run_dir,
         name=label or Path(str(script)).stem,
+        memory_per_rank=_alexnet_memory(args, "horovod"),
     )
     with job:
         mon = watch(job, interval=interval, sample=monitor, live=live)
@@ -306,6 +319,7 @@ def _tf_run(
         progress=progress,
         run_dir=run_dir,
         name=strategy,
+        memory_per_task=_alexnet_memory(args, "mwms"),
     )
     with cluster:
         mon = watch(cluster, interval=interval, sample=monitor, live=live)

@@ -245,3 +245,31 @@ print(tf.function(lambda: hvd.grouped_allreduce([tf.ones(2)], op=hvd.Average))()
     lines = out.stdout.split("\n")
     assert lines[0] == "False True False 1", out.stdout  # exempted once, and only Horovod
     assert lines[1:4] == ["[3.0, 4.0]", "[3.0, 4.0]", "[1.0, 1.0]"], out.stdout
+
+
+@pytest.mark.parametrize(
+    "run, job, key, kind",
+    [
+        (lambda a: allreduce_runs.run_hvd("train_hvd.py", 2, args=a), "MPIJob", "memory_per_rank", "horovod"),
+        (lambda a: allreduce_runs.run_mwms(2, args=a), "TFCluster", "memory_per_task", "mwms"),
+    ],
+)
+def test_alexnet_processes_are_counted_at_their_measured_memory(monkeypatch, tmp_path, run, job, key, kind):
+    """The resource check counts an AlexNet rank at what one was measured to hold (a Horovod rank
+    0.49 GB, an MWMS worker 0.71 GB at width 1.0), not at a small MNIST task's 288 MB."""
+    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path))
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(**kwargs):
+        seen.append(kwargs[key])
+        raise Stop
+
+    monkeypatch.setattr(allreduce_runs, job, capture)
+    for model in ("alexnet", "logreg"):
+        with pytest.raises(Stop):
+            run({"model": model, "steps": 2})
+    assert seen == [allreduce_runs.ALEXNET_RANK_MEMORY_BYTES[kind], None]
+    assert allreduce_runs.ALEXNET_RANK_MEMORY_BYTES[kind] > 480 * 2**20
