@@ -39,6 +39,12 @@ damaged (truncated or corrupt file, missing batch, wrong contents) raises a
 ``ValueError`` naming the file rather than quietly training on something else.
 CIFAR-10 images are ``float32`` in [0, 1] of shape (N, 32, 32, 3), channels last
 and *not* flattened; labels ``int64`` 0-9.
+
+Both are decoded once per user: the first load writes the arrays to the user's cache
+(:mod:`lab_utils.data_cache`, ``~/.cache/lab_utils`` or ``LABS_CACHE_DIR``), and every
+later load, in the kernel or in any task of a cluster, maps them read-only. With
+``raw=True`` (a training task's load) the images stay the cached uint8 bytes, shared by
+every process that maps them, and :func:`pixels` converts one batch at a time.
 """
 
 from __future__ import annotations
