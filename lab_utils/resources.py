@@ -21,6 +21,7 @@ __all__ = [
     "CgroupLimits",
     "cgroup_limits",
     "usable_cores",
+    "cpu_cores",
     "thread_env",
     "allocator_env",
     "memory_limit_bytes",
@@ -148,18 +149,24 @@ def _env_float(name: str, env) -> float | None:
     return value if value > 0 else None
 
 
-def usable_cores(env=None, root: str | os.PathLike = "/") -> int:
-    """Cores this process may really use: CPU_LIMIT, then the cgroup quota,
-    then the CPU affinity mask. Always at least 1."""
+def cpu_cores(env=None, root: str | os.PathLike = "/") -> float:
+    """The CPU this process may really use, in cores, fractions kept (a quota of 0.8): the
+    smallest of CPU_LIMIT, the cgroup quota and the CPU affinity mask."""
     env = os.environ if env is None else env
-    candidates = [len(os.sched_getaffinity(0))]
+    candidates = [float(len(os.sched_getaffinity(0)))]
     hub = _env_float("CPU_LIMIT", env)
     if hub is not None:
         candidates.append(hub)
     quota = cgroup_limits(root).cpu_quota_cores
     if quota is not None:
         candidates.append(quota)
-    return max(1, math.floor(min(candidates)))
+    return min(candidates)
+
+
+def usable_cores(env=None, root: str | os.PathLike = "/") -> int:
+    """Whole cores this process may really use (:func:`cpu_cores`, rounded down): CPU_LIMIT,
+    then the cgroup quota, then the CPU affinity mask. Always at least 1."""
+    return max(1, math.floor(cpu_cores(env, root)))
 
 
 #: The thread pools a process sizes from its environment: TensorFlow's two, and the OpenMP and

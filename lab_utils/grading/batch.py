@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import UTC, datetime
 from pathlib import Path
 
+from lab_utils import resources
 from lab_utils.grading import course, results, scripts
 from lab_utils.grading.gate import EXECUTED, READY, Admission, Gate, Turns
 from lab_utils.grading.late import late_flag, parse_due
@@ -56,11 +57,24 @@ def submission_pairs(folder: Path):
 
 
 def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    """Whole cores this process may use: its CPU affinity, a cgroup quota above it (a Slurm
+    job, a pod, ``make test-slow``) and ``CPU_LIMIT`` (:func:`lab_utils.resources.usable_cores`)."""
+    return resources.usable_cores()
+
+
+def stretched(settings: dict, cores: float | None = None) -> tuple[dict, float]:
+    """``settings`` with their time limits for the CPU a notebook really gets here, and the
+    factor: a lab's ``cell_timeout`` and ``notebook_timeout`` are set for its ``cpus``; a
+    grader that gives it fewer cores (``cores``, default :func:`lab_utils.resources.cpu_cores`:
+    a smaller machine, a quota above the grader) stretches them in proportion, so that a
+    correct submission is never timed out by the grader's own machine (0.8 cores for a
+    2-core lab: 2.5 times the limits)."""
+    have = resources.cpu_cores() if cores is None else float(cores)
+    factor = max(1.0, float(settings["cpus"]) / max(have, 0.05))
+    if factor == 1.0:
+        return settings, 1.0
+    longer = {key: int(math.ceil(settings[key] * factor)) for key in ("cell_timeout", "notebook_timeout")}
+    return {**settings, **longer}, factor
 
 
 #: seconds a worker may take to get ready (its start, private course, mounts, nbgrader's bookkeeping)
@@ -83,6 +97,7 @@ class _Batch:
     def __init__(self, root: Path, submissions: Path, jobs: int, isolate: bool | None, settings_file, out, pipeline, n):
         self.root, self.submissions, self.jobs, self.isolate = root, submissions, jobs, isolate
         self.settings_file, self.out, self.pipeline = settings_file, out, pipeline
+        self.cpu = resources.cpu_cores()  # what a notebook can get here: its time limits follow (stretched)
         self.lock = threading.Lock()
         self.active: set[Sandbox] = set()
         self.executing = Turns(jobs)  # cores for executing notebooks: each takes its lab's `cpus`
@@ -119,6 +134,11 @@ class _Batch:
     def say(self, line: str) -> None:
         with self.lock:
             print(line, file=self.out, flush=True)
+
+    def share(self, settings: dict) -> float:
+        """The cores a notebook of this lab gets here, at most: its execution turns' part of the
+        CPU this process may use (``jobs`` turns share it) and never more than its ``cpus``."""
+        return min(float(settings["cpus"]), self.cores(settings) * self.cpu / self.jobs)
 
     def cores(self, settings: dict) -> int:
         """Execution turns a notebook of this lab takes: its ``cpus`` setting, rounded up
@@ -210,16 +230,17 @@ class _Batch:
         return None if rc == 0 else f"the grading worker exited {rc}"
 
     def _grade(self, student: str, lab: str, hashes: dict, slot: int, admission: Admission) -> dict:
-        settings = grading_settings(lab, self.settings_file)
+        settings = grading_settings(lab, self.settings_file)  # as the instructor set them: hashed, kept
+        limits, factor = stretched(settings, self.share(settings))  # as this machine runs them
         t0 = time.monotonic()
         box, box_dir = self._open(slot, settings)
         with self.lock:
             self.active.add(box)
         gate = Gate()
         try:
-            spec = {**self._spec(student, lab, slot, box, box_dir, settings), "gate": gate.worker_spec()}
+            spec = {**self._spec(student, lab, slot, box, box_dir, limits), "gate": gate.worker_spec()}
             (box_dir / "spec.json").write_text(json.dumps(spec, indent=1))
-            failure = self._run(box, box_dir, gate, settings, admission)
+            failure = self._run(box, box_dir, gate, limits, admission)
             peak = box.peak_memory_bytes()
             leaked = box.sweep()
         finally:
@@ -256,6 +277,7 @@ class _Batch:
             **hashes,
             "sandbox": box.mode,
             "settings": settings,
+            "time_limits_stretched": round(factor, 3),  # by the cores this machine gave the lab (stretched)
             "peak_memory_mb": None if peak is None else round(peak / 2**20),  # the notebook and all it started
             "graded_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "wall_s": round(time.monotonic() - t0, 3),
@@ -352,6 +374,15 @@ def autograde(
         f"notebooks on {batch.jobs} core(s) at a time ({', '.join(f'{lab} takes {n}' for lab, n in cores.items())})"
         f"{', the next ones prepared meanwhile' if pipeline else ''}; sandbox: {box_mode}"
     )
+    for lab in cores:
+        asked = grading_settings(lab, settings_file)
+        longer, factor = stretched(asked, batch.share(asked))
+        if factor > 1:
+            batch.say(
+                f"autograde: {lab} asks for {asked['cpus']:g} core(s), a notebook gets {batch.share(asked):.2g} here: "
+                f"its time limits are {factor:.2g}x longer (a cell {longer['cell_timeout']} s, "
+                f"the notebook {longer['notebook_timeout']} s)"
+            )
     t0 = time.monotonic()
     pool = ThreadPoolExecutor(max_workers=batch.threads)
     try:

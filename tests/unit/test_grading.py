@@ -369,3 +369,33 @@ def test_flags_go_to_the_top_of_the_feedback_once_and_escaped(tmp_path):
     assert text.index("grading-flags") < text.index("cell 1") and text.index("<body") < text.index("grading-flags")
     results.add_flags_to_feedback(tmp_path, [])  # flags gone (a regrade without them): the section goes too
     assert "grading-flags" not in page.read_text() and "cell 1" in page.read_text()
+
+
+def test_time_limits_stretch_with_the_cores_a_lab_really_gets():
+    """A lab's limits are set for its `cpus`: a grader that gives it fewer (a quota of 0.8 above
+    the batch, a 1-core machine) must not time out a correct notebook for its own slowness."""
+    from lab_utils.grading.batch import stretched
+
+    settings = {"cpus": 2.0, "cell_timeout": 300, "notebook_timeout": 1800, "memory_mb": 4096}
+    assert stretched(settings, 2.0) == (settings, 1.0) and stretched(settings, 16) == (settings, 1.0)
+    longer, factor = stretched(settings, 0.8)
+    assert factor == 2.5 and longer == {**settings, "cell_timeout": 750, "notebook_timeout": 4500}
+    assert settings["cell_timeout"] == 300  # the instructor's settings, hashed for resuming, unchanged
+    assert stretched({**settings, "cpus": 1.0}, 1.0)[1] == 1.0
+
+
+def test_a_notebook_s_share_is_its_turns_part_of_the_cpu_and_at_most_its_cpus():
+    from types import SimpleNamespace
+
+    from lab_utils.grading.batch import _Batch
+
+    def share(cpu, jobs, cpus):
+        batch = SimpleNamespace(cpu=cpu, jobs=jobs)
+        batch.cores = lambda settings: _Batch.cores(batch, settings)
+        return _Batch.share(batch, {"cpus": cpus})
+
+    assert share(2.0, 2, 2.0) == 2.0 and share(2.0, 2, 1.0) == 1.0  # this machine, its own jobs
+    assert share(0.8, 1, 2.0) == 0.8  # make test-slow: one at a time, on 0.8 of a core
+    assert share(0.8, 2, 1.0) == 0.4  # two at once in that 0.8 (a test's jobs=2)
+    assert share(2.0, 4, 2.0) == 1.0  # four turns on two cores: a 2-core lab gets one
+    assert share(16.0, 8, 2.0) == 2.0

@@ -56,6 +56,12 @@ def test_usable_cores_order(tmp_path):
     assert resources.usable_cores(many, tmp_path) == len(__import__("os").sched_getaffinity(0))
 
 
+def test_cpu_cores_keeps_the_fraction_of_a_quota(tmp_path):
+    assert resources.cpu_cores({}, FIX / "v2") == 1.5  # what usable_cores rounds down to 1
+    assert resources.cpu_cores({"CPU_LIMIT": "0.8"}, tmp_path) == 0.8
+    assert resources.usable_cores({"CPU_LIMIT": "0.8"}, tmp_path) == 1  # never below one whole core
+
+
 def test_bad_cpu_limit_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="CPU_LIMIT='lots'"):
         resources.usable_cores({"CPU_LIMIT": "lots"}, tmp_path)
