@@ -70,11 +70,12 @@ TABLE_UNITS = {
     "GPU Mem (B)": "peak NVML memory in use, summed over GPUs",
 }
 #: Private (anonymous) resident memory of one run's process at the lab's defaults (width 1.0),
-#: measured (/proc/PID/status RssAnon, 2026-11-27, full-size CIFAR-10 held as bytes): a
-#: MirroredStrategy run on 2 devices at batch 64 peaked at 1.29 GB, 1.41 GB in a 1-CPU cgroup
-#: at its 2 GB limit; a towers run at 2 x 256, the sweep's largest, at 1.22 GB. TensorFlow's
-#: library pages (0.24 GB more resident) are the kernel's, which imported it first.
-TASK_MEMORY_BYTES = 1450 * 2**20
+#: measured (/proc/PID/status RssAnon, 2026-11-27, full-size CIFAR-10 mapped from the data
+#: cache, TensorFlow's BFC allocator, Binder's 1 CPU and 2 GB): the sweep's largest run, towers
+#: at 2 x 256, peaked at 1.02 GB; MirroredStrategy on 2 devices at batch 64 at 0.69 GB through
+#: Part B's 300 steps. (Before the cache and the allocator: 1.29-1.41 GB for the latter.)
+#: TensorFlow's library pages (0.24 GB more resident) are the kernel's, which imported it first.
+TASK_MEMORY_BYTES = 1130 * 2**20
 
 
 #: Seconds of one core per training example of AlexNet-cifar at width 1.0, forward and backward:
