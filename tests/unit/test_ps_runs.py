@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError
+from lab_utils import data
 from lab_utils.training import ps_runs
 
 PER_TASK = ps_runs.task_memory() + GUARD_MEMORY_BYTES  # a worker's
@@ -19,14 +20,20 @@ def test_a_task_counts_the_mnist_it_loads(monkeypatch, tmp_path):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))  # no Keras cache here
     monkeypatch.delenv("LABS_DATA_DIR", raising=False)
     sample = ps_runs.task_memory() - TF_TASK_MEMORY_BYTES
+    assert ps_runs.cluster_memory(2) == PS_TASK + 2 * (TF_TASK_MEMORY_BYTES + sample + GUARD_MEMORY_BYTES)
     monkeypatch.setenv("LABS_OFFLINE", "0")  # online: the full set (a download is assumed to work)
     full = ps_runs.task_memory() - TF_TASK_MEMORY_BYTES
-    # 5,000 images as float32 + uint8; 70,000: the training images as uint8 (made float per
-    # batch), the test images as float32 + the uint8 they are decoded from
-    assert 15e6 < sample < 25e6 and 80e6 < full < 95e6
+    shared = data.mnist_shared_bytes()
+    # 5,000 images as float32 + uint8; 70,000: the test images as float32 of each worker's own,
+    # and, once for all the workers, the uint8 images they map from the data cache
+    assert 15e6 < sample < 25e6 and 30e6 < full < 35e6 and shared == 70_000 * 784
     assert ps_runs.task_memory("ps") == TF_TASK_MEMORY_BYTES  # a PS loads no data
-    room = TF_TASK_MEMORY_BYTES + 2.5 * (TF_TASK_MEMORY_BYTES + full) + 3 * GUARD_MEMORY_BYTES
-    assert ps_runs.fit_workers(4, available=int(room), cores=8) == 2
+    worker = TF_TASK_MEMORY_BYTES + full + GUARD_MEMORY_BYTES
+    assert ps_runs.cluster_memory(3) == PS_TASK + 3 * worker + shared
+    assert ps_runs.fit_workers(4, available=PS_TASK + shared + 2 * worker, cores=8) == 2
+    assert ps_runs.fit_workers(4, available=PS_TASK + 2 * worker, cores=8) == 1  # the shared bytes count
+    monkeypatch.setenv("LABS_CACHE_DIR", "off")  # no cache: each worker holds its own uint8 images
+    assert 80e6 < ps_runs.task_memory() - TF_TASK_MEMORY_BYTES < 95e6 and data.mnist_shared_bytes() == 0
 
 
 def test_a_ps_counts_without_data_and_a_cluster_is_its_tasks():
