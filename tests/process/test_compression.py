@@ -65,7 +65,12 @@ def test_on_100mbit_links_compressed_steps_are_shorter_and_the_links_carry_what_
     assert none.emulated and topk.emulated
     # float32: 3.3 MB a rank and step cannot cross a 100 Mbit/s link in less than 0.26 s.
     assert none.step_time >= 0.9 * none.wire_bytes_per_step * 8 / 100e6, none
-    assert topk.step_time < none.step_time / 3, (topk, none)  # measured: 25 ms against 440 ms
+    # Top-k saves what its bytes cost on the link; the CPU's share of a step is not the link's
+    # to save. Measured: 25 ms against 440 ms on 2 cores; under a 0.8-core quota, where both
+    # steps compute 2.5x longer, 262 ms against 553 ms. So the saving is checked against the link
+    # time removed (at least half of it), not as a ratio of step times.
+    saved_on_link = (none.wire_bytes_per_step - topk.wire_bytes_per_step) * 8 / 100e6
+    assert none.step_time - topk.step_time >= 0.5 * saved_on_link, (topk, none, saved_on_link)
     # The links carry the payload plus TCP/IP headers and Horovod's own messages (these
     # grow with time, not bytes: 1 % over float32's steps, 10-20 % over top-k's).
     assert none.wire_bytes_per_step <= none.link_bytes_per_step <= 1.1 * none.wire_bytes_per_step, none
