@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError
 from lab_utils import data
+from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError
 from lab_utils.training import ps_runs
 
 PER_TASK = ps_runs.task_memory() + GUARD_MEMORY_BYTES  # a worker's
