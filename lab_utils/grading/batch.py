@@ -62,15 +62,14 @@ def usable_cores() -> int:
     return resources.usable_cores()
 
 
-def stretched(settings: dict, cores: float | None = None) -> tuple[dict, float]:
+def stretched(settings: dict, cores: float) -> tuple[dict, float]:
     """``settings`` with their time limits for the CPU a notebook really gets here, and the
     factor: a lab's ``cell_timeout`` and ``notebook_timeout`` are set for its ``cpus``; a
-    grader that gives it fewer cores (``cores``, default :func:`lab_utils.resources.cpu_cores`:
-    a smaller machine, a quota above the grader) stretches them in proportion, so that a
-    correct submission is never timed out by the grader's own machine (0.8 cores for a
-    2-core lab: 2.5 times the limits)."""
-    have = resources.cpu_cores() if cores is None else float(cores)
-    factor = max(1.0, float(settings["cpus"]) / max(have, 0.05))
+    grader that gives it fewer ``cores`` (:meth:`_Batch.share`: a smaller machine, a quota
+    above the grader, more jobs than cores) stretches them in proportion, so that a correct
+    submission is never timed out by the grader's own machine (0.8 cores for a 2-core lab:
+    2.5 times the limits)."""
+    factor = max(1.0, float(settings["cpus"]) / max(float(cores), 0.05))
     if factor == 1.0:
         return settings, 1.0
     longer = {key: int(math.ceil(settings[key] * factor)) for key in ("cell_timeout", "notebook_timeout")}
@@ -376,10 +375,11 @@ def autograde(
     )
     for lab in cores:
         asked = grading_settings(lab, settings_file)
-        longer, factor = stretched(asked, batch.share(asked))
+        share = batch.share(asked)
+        longer, factor = stretched(asked, share)
         if factor > 1:
             batch.say(
-                f"autograde: {lab} asks for {asked['cpus']:g} core(s), a notebook gets {batch.share(asked):.2g} here: "
+                f"autograde: {lab} asks for {asked['cpus']:g} core(s), a notebook gets {share:.2g} here: "
                 f"its time limits are {factor:.2g}x longer (a cell {longer['cell_timeout']} s, "
                 f"the notebook {longer['notebook_timeout']} s)"
             )

@@ -83,15 +83,21 @@ def task_memory(role: str = "worker") -> int:
     return TF_TASK_MEMORY_BYTES + (mnist_bytes(raw=True) if role == "worker" else 0)
 
 
+def _mapped_data(workers: int, memory_per_task: int | None) -> int:
+    """The MNIST bytes a cluster's workers map from the data cache, counted once for them all
+    (:func:`lab_utils.data.mnist_shared_bytes`); none when a figure per task is given instead."""
+    from lab_utils.data import mnist_shared_bytes
+
+    return mnist_shared_bytes() if workers and memory_per_task is None else 0
+
+
 def cluster_memory(workers: int, ps: int = 1, *, memory_per_task: int | None = None) -> int:
     """Memory ``ps`` PS tasks and ``workers`` workers need, their guards included
     (``memory_per_task``: a worker's, instead of :func:`task_memory`), and once for them all
-    the MNIST bytes the workers map from the data cache (:func:`lab_utils.data.mnist_shared_bytes`)."""
-    from lab_utils.data import mnist_shared_bytes
-
+    the MNIST bytes the workers map from the data cache (:func:`_mapped_data`)."""
     worker = task_memory("worker") if memory_per_task is None else memory_per_task
-    shared = mnist_shared_bytes() if workers and memory_per_task is None else 0
-    return ps * (task_memory("ps") + GUARD_MEMORY_BYTES) + workers * (worker + GUARD_MEMORY_BYTES) + shared
+    own = ps * (task_memory("ps") + GUARD_MEMORY_BYTES) + workers * (worker + GUARD_MEMORY_BYTES)
+    return own + _mapped_data(workers, memory_per_task)
 
 
 def fit_workers(
@@ -112,10 +118,8 @@ def fit_workers(
     scales down; raises :class:`ResourceError` when not even one worker fits."""
     if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
         raise ValueError(f"requested workers must be an integer >= 1, got {requested!r}")
-    per_worker = cluster_memory(2, 0, memory_per_task=memory_per_task) - cluster_memory(
-        1, 0, memory_per_task=memory_per_task
-    )
-    shared = cluster_memory(1, 0, memory_per_task=memory_per_task) - per_worker  # mapped data, once
+    shared = _mapped_data(1, memory_per_task)  # counted once, with the PS
+    per_worker = cluster_memory(1, 0, memory_per_task=memory_per_task) - shared
     fixed = cluster_memory(0, ps) + shared
     avail = available_memory_bytes() if available is None else available
     cores = usable_cores() if cores is None else cores
