@@ -30,6 +30,7 @@ c.CourseDirectory.ignore = [
     "train_*.py",
     "ring.py",
     "towers.py",
+    "compressors.py",
     "*.npz",
 ]  # written by %%writefile from solution cells, and weights files the runs write
 

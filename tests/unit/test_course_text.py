@@ -1,0 +1,162 @@
+"""What the labs tell a student about their grading agrees with what nbgrader does.
+
+- every point nbgrader gives is stated in the text before its test: an exercise's
+  ``**Exercise N (K points)**``, a run's or a timing's ``(graded, K points)``, and the
+  hand-graded questions' ``(graded by hand, K points each)``;
+- every script a lab's ``%%writefile`` cells write (a student's solution) is kept out of git,
+  out of the student image's build context and out of nbgrader's releases and collections.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+from traitlets.config import Config
+
+from lab_utils.grading.scripts import writefile_scripts
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "grading" / "source"
+LABS = sorted(p.name for p in SOURCE.iterdir() if (p / f"{p.name}.ipynb").exists())
+
+EXERCISE = re.compile(r"\*\*Exercise (\d+) \((\d+) points?\)")
+GRADED = re.compile(r"\(graded, (\d+) points?\)")
+BY_HAND = re.compile(r"\(graded by hand, (\d+) points? each\)")
+
+
+def _grading(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def stated_points(cells) -> list[str]:
+    """Where the text and nbgrader disagree, one line each (empty: they agree).
+
+    Statements are read in order and autograded test cells pay them off in order: the
+    tests after a statement must add up to its points before the next statement's tests
+    start (``Exercise 1 (4 points)``, ``Exercise 2 (2 points)`` in one cell, then tests
+    of 4 and 2): a statement met while the one before is partly paid ends that one. An exercise stated twice (introduced early, set later) counts once.
+    Each hand-graded cell is worth what the last ``graded by hand`` statement says."""
+    problems, owed, seen, by_hand = [], [], set(), None
+    for i, cell in enumerate(cells):
+        meta = _grading(cell)
+        if cell.cell_type == "markdown" and not meta.get("solution"):
+            found = [(m.start(), f"Exercise {m[1]}", int(m[2])) for m in EXERCISE.finditer(cell.source)]
+            found += [(m.start(), f"cell {i}: graded", int(m[1])) for m in GRADED.finditer(cell.source)]
+            for _, what, points in sorted(found):
+                if what in seen:
+                    continue
+                seen.add(what)
+                if owed and 0 < owed[0][2] < owed[0][1]:  # its tests stopped short
+                    problems.append(f"{owed[0][0]} states {owed[0][1]} points, its tests give {owed[0][2]}")
+                    owed.pop(0)
+                owed.append([what, points, 0])
+            for m in BY_HAND.finditer(cell.source):
+                by_hand = int(m[1])
+        if not meta.get("grade"):
+            continue
+        points = meta.get("points") or 0
+        if meta.get("solution"):  # a written answer, graded by hand
+            if by_hand != points:
+                problems.append(f"cell {i} ({meta.get('grade_id')}) is worth {points} by hand; the text says {by_hand}")
+            continue
+        while owed and owed[0][2] == owed[0][1]:
+            owed.pop(0)
+        if not owed:
+            problems.append(f"cell {i} ({meta.get('grade_id')}) gives {points} points that no text states")
+            continue
+        owed[0][2] += points
+        if owed[0][2] > owed[0][1]:
+            problems.append(f"{owed[0][0]} states {owed[0][1]} points, its tests give {owed[0][2]} or more")
+            owed.pop(0)
+    problems += [
+        f"{what} states {points} points, its tests give {paid}" for what, points, paid in owed if paid != points
+    ]
+    return problems
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_every_point_nbgrader_gives_is_stated_before_its_test(lab):
+    cells = nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4).cells
+    assert any(_grading(c).get("grade") for c in cells), f"{lab} has no graded cell: is this the instructor notebook?"
+    assert stated_points(cells) == []
+
+
+def _md(text):
+    return nbformat.v4.new_markdown_cell(text)
+
+
+def _test(points, gid="t", solution=False, markdown=False):
+    make = nbformat.v4.new_markdown_cell if markdown else nbformat.v4.new_code_cell
+    cell = make("answer" if markdown else "assert True")
+    cell.metadata["nbgrader"] = {"grade": True, "solution": solution, "points": points, "grade_id": gid}
+    return cell
+
+
+def test_the_points_check_finds_each_kind_of_slip():
+    good = [
+        _md("**Exercise 1 (4 points).** a\n\n**Exercise 2 (2 points).** b"),
+        _test(4),
+        _test(2),
+        _md("### Timing (graded, 2 points)"),
+        _test(2),
+        _md("## Questions (graded by hand, 2 points each)"),
+        _test(2, solution=True, markdown=True),
+    ]
+    assert stated_points(good) == []
+    assert stated_points([_md("**Exercise 3 (2 points).**"), _test(3)]) == [
+        "Exercise 3 states 2 points, its tests give 3 or more"
+    ]
+    assert stated_points([_md("**Exercise 4 (1 point).**"), _test(3)]) != []
+    assert stated_points([_md("**Exercise 1 (3 points).**"), _test(3), _test(3, "run")]) == [
+        "cell 2 (run) gives 3 points that no text states"
+    ]
+    assert stated_points([_md("**Exercise 1 (3 points).**"), _test(2)]) == [
+        "Exercise 1 states 3 points, its tests give 2"
+    ]
+    assert stated_points([_md("**Exercise 1 (3 points).**")]) == ["Exercise 1 states 3 points, its tests give 0"]
+    assert stated_points([_md("(graded by hand, 2 points each)"), _test(3, "q", solution=True, markdown=True)]) != []
+    assert stated_points([_test(2, "q", solution=True, markdown=True)]) != []  # no statement at all
+    # an exercise named again later, with the same points, is not a second debt
+    again = [_md("**Exercise 3 (3 points).** later"), _test(2), _md("**Exercise 3 (3 points).** now"), _test(1)]
+    assert stated_points(again) == []
+
+
+# ---------------------------------------------------------------------- students' own scripts
+def _written(lab: str) -> list[str]:
+    return sorted(writefile_scripts(SOURCE / lab / f"{lab}.ipynb"))
+
+
+def test_the_labs_write_scripts_to_check():
+    names = {name for lab in LABS for name in _written(lab)}
+    assert {"train_async.py", "ring.py", "towers.py", "compressors.py"} <= names, names
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_a_script_a_lab_writes_is_in_every_ignore_list(lab):
+    from docker.utils.build import PatternMatcher  # docker-py: Docker's own .dockerignore rules
+
+    docker = PatternMatcher(
+        [
+            line.strip()
+            for line in (ROOT / "deploy/student/Dockerfile.dockerignore").read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        ]
+    )
+    config = Config()
+    exec(  # noqa: S102 (the course's own nbgrader config, with nbgrader's get_config)
+        compile((ROOT / "grading/nbgrader_config.py").read_text(), "nbgrader_config.py", "exec"),
+        {"get_config": lambda: config, "__file__": str(ROOT / "grading/nbgrader_config.py")},
+    )
+    for name in _written(lab):
+        path = f"labs/{lab}/{name}"
+        ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0
+        assert ignored, f"{path} (a student's solution) is not in .gitignore"
+        assert docker.matches(path), f"{path} would enter the student image: add it to Dockerfile.dockerignore"
+        assert any(fnmatch.fnmatch(name, p) for p in config.CourseDirectory.ignore), (
+            f"{name} is not in nbgrader's CourseDirectory.ignore (grading/nbgrader_config.py)"
+        )
