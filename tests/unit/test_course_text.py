@@ -3,6 +3,7 @@
 - every point nbgrader gives is stated in the text before its test: an exercise's
   ``**Exercise N (K points)**``, a run's or a timing's ``(graded, K points)``, and the
   hand-graded questions' ``(graded by hand, K points each)``;
+- every hand-graded answer has a rubric for its graders, which students never see;
 - every script a lab's ``%%writefile`` cells write (a student's solution) is kept out of git,
   out of the student image's build context and out of nbgrader's releases and collections.
 """
@@ -124,6 +125,30 @@ def test_the_points_check_finds_each_kind_of_slip():
     # an exercise named again later, with the same points, is not a second debt
     again = [_md("**Exercise 3 (3 points).** later"), _test(2), _md("**Exercise 3 (3 points).** now"), _test(1)]
     assert stated_points(again) == []
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_every_hand_graded_answer_has_a_rubric_the_students_do_not_see(lab):
+    """Next to the model answer (inside the solution, so the release drops it): one criterion
+    line per point, and a sample answer worth each score from the full marks down to 0."""
+    cells = nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4).cells
+    answers = [
+        c for c in cells if _grading(c).get("grade") and _grading(c).get("solution") and c.cell_type == "markdown"
+    ]
+    assert answers, f"{lab} has no hand-graded answer"
+    for cell in answers:
+        meta, text = _grading(cell), cell.source
+        solution = text[text.index("### BEGIN SOLUTION") : text.index("### END SOLUTION")]
+        assert "**Rubric**" in solution, f"{meta['grade_id']}: no rubric inside its solution"
+        rubric = solution[solution.index("**Rubric**") :]
+        criteria = re.findall(r"^- \*(\d+) points?:\* \S", rubric, re.M)
+        assert sum(map(int, criteria)) == meta["points"], (
+            f"{meta['grade_id']}: criteria for {criteria}, not {meta['points']} points"
+        )
+        for score in range(meta["points"] + 1):
+            assert re.search(rf"^- \*Worth {score}:\* \S", rubric, re.M), f"{meta['grade_id']}: no sample worth {score}"
+    release = (ROOT / "labs" / lab / f"{lab}.ipynb").read_text()
+    assert "Rubric" not in release and "*Worth 2:*" not in release, f"labs/{lab} shows a rubric to students"
 
 
 # ---------------------------------------------------------------------- students' own scripts
