@@ -59,6 +59,7 @@ __all__ = [
     "load_weights_file",
     "save_weights",
     "max_difference",
+    "weights_sum",
     "plain_step",
     "train",
     "main",
@@ -230,6 +231,12 @@ def load_weights_file(path: str | os.PathLike) -> list[np.ndarray]:
         return [f[k] for k in sorted(f.files, key=lambda k: int(k[1:]))]
 
 
+def weights_sum(model) -> float:
+    """The sum of ``|w|`` over every weight of ``model``, in float64: a digest each rank
+    reports, equal on ranks that hold the same weights (to float32 rounding)."""
+    return float(sum(np.abs(np.asarray(w, dtype=np.float64)).sum() for w in model.get_weights()))
+
+
 def max_difference(a: list[np.ndarray], b: list[np.ndarray]) -> dict:
     """How far two sets of weights are apart: ``max_abs`` and ``max_rel`` (relative to
     the largest weight magnitude). Raises ValueError when the shapes differ."""
@@ -270,6 +277,7 @@ def train(
 
     trace_horovod_as_written()  # a student's train_hvd.py imports TensorFlow itself
     clock = loop.Clock()
+    initial = weights_sum(model)  # after the script's broadcast, if it made one
     data = load_data(settings) if data is None else data
     if settings.strategy == "single" and settings.emulate_ranks > 1:
         batches = global_batches(data, settings.emulate_ranks, settings.batch_size, settings.seed)
@@ -298,6 +306,9 @@ def train(
         eval_every=settings.eval_every,
     )
     head = {"strategy": settings.strategy, "model": settings.model, "rank": rank, "size": size, "loss": last["loss"]}
+    # every rank's digest of its weights, as the loop got them and at the end: equal on every rank
+    # when the script broadcast the initial weights, and averaged every gradient
+    head.update(initial_weights_sum=initial, weights_sum=weights_sum(model))
     if rank == 0:
         head["accuracy"] = _accuracy(model, data.x_test, data.y_test, chunk)
         if settings.save_weights:

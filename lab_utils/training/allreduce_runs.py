@@ -10,7 +10,8 @@ TensorFlow into the kernel.
   message size: the hand ring, MPI's ``Allreduce``, a ``memcpy``), :func:`busbw_table`
   and :func:`plot_busbw`.
 * Part B: :func:`run_hvd` (a ``train_hvd.py`` under ``horovodrun``, Gloo or MPI;
-  optionally with a Horovod timeline, summarised by :func:`timeline_summary`).
+  optionally with a Horovod timeline, summarised by :func:`timeline_summary`), and
+  :func:`check_hvd_script` (Exercise 3's quick check: broadcast, scaled rate, checkpoint).
 * Part C: :func:`run_single` (one process, N x b examples per step),
   :func:`run_mwms` (MultiWorkerMirroredStrategy, RING), and :func:`weights_table`.
 * Part D: :func:`scaling_table` and :func:`plot_scaling`.
@@ -49,6 +50,7 @@ __all__ = [
     "new_run_dir",
     "run_hvd",
     "run_single",
+    "check_hvd_script",
     "run_mwms",
     "weights_table",
     "timeline_summary",
@@ -362,6 +364,65 @@ def run_mwms(
 ) -> TrainRun:
     """``tf.distribute.MultiWorkerMirroredStrategy`` (RING collective), one process per worker."""
     return _tf_run("mwms", workers, args, save_weights, monitor, interval, timeout, label, progress, live)
+
+
+#: Exercise 3's quick check: a small CNN (each rank draws its own initial weights) for a few steps
+CHECK_ARGS = {"model": "cnn", "batch_size": 16, "steps": 5, "learning_rate": 0.05}
+CHECK_TOLERANCE = 1e-4  # of the largest weight: float32 rounding over 5 steps is about 1e-7
+
+
+def check_hvd_script(script: str | os.PathLike = "train_hvd.py", np: int = 2, *, seed: int = 0) -> list[str]:
+    """What a ``train_hvd.py`` gets wrong, found in seconds on a small CNN (empty: nothing).
+
+    Runs it on ``np`` ranks with a checkpoint folder, then one process on the same examples
+    (batch ``np`` x b, learning rate ``np`` x the rate). Every rank reports a digest of its
+    weights as the loop got them and at the end: they must agree at the start (the initial
+    weights broadcast; without it each rank keeps the weights its own seed drew) and at the
+    end (the gradients averaged). Rank 0 must have written the checkpoint, and the weights
+    must be the one process's (the learning rate scaled: an unscaled one matches the one
+    process at the rank's rate)."""
+    import tempfile
+
+    args = {**CHECK_ARGS, "seed": seed}
+    lr = args["learning_rate"]
+    with tempfile.TemporaryDirectory(prefix="hvd-check-") as ckpt:
+        run = run_hvd(script, np, args={**args, "checkpoint_dir": ckpt}, save_weights=True, progress=False)
+        wrote = os.path.isfile(os.path.join(ckpt, "model.index"))
+    problems = (
+        []
+        if wrote
+        else [
+            "no checkpoint: rank 0 writes tf.train.Checkpoint(model=model) to os.path.join(settings.checkpoint_dir, "
+            "'model') when settings.checkpoint_dir is set"
+        ]
+    )
+    for key, problem in (
+        (
+            "initial_weights_sum",
+            "the ranks started from different weights: broadcast the initial weights from rank 0 once the model exists",
+        ),
+        (
+            "weights_sum",
+            "the ranks started equal but ended apart: each applied its own gradient; average the "
+            "gradients over the ranks (hvd.DistributedGradientTape)",
+        ),
+    ):
+        sums = [float(r[key]) for r in run.results.values()]
+        if max(sums) - min(sums) > CHECK_TOLERANCE * max(abs(x) for x in sums):
+            return problems + [f"{problem} (sums of |w| per rank: {', '.join(f'{x:.6g}' for x in sums)})"]
+    mine = run.weights()
+    single = run_single(np, args={**args, "learning_rate": lr * np}, save_weights=True, progress=False)
+    diff = max_difference(single.weights(), mine)["max_rel"]
+    if diff > CHECK_TOLERANCE:
+        unscaled = run_single(np, args=args, save_weights=True, progress=False)
+        if max_difference(unscaled.weights(), mine)["max_rel"] <= CHECK_TOLERANCE:
+            problems.append(f"the learning rate is not scaled: {np} ranks must step with {np} x settings.learning_rate")
+        else:
+            problems.append(
+                f"the weights are {diff:.1e} (of the largest) away from one process on the same {np} x "
+                f"{args['batch_size']} examples: is each gradient averaged over the ranks (hvd.DistributedGradientTape)?"
+            )
+    return problems
 
 
 def weights_table(named: Mapping[str, list[np.ndarray]], reference: str | None = None) -> pd.DataFrame:

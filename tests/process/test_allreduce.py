@@ -156,3 +156,40 @@ def test_checkpoint_on_rank_0_and_bad_arguments_before_launch(hvd_ref, tmp_path)
     with pytest.raises(ValueError, match="--batch-size must be >= 1"):
         allreduce_runs.run_hvd(hvd_ref, 2, args={"batch_size": 0})
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+#: Exercise 3's crafted mistakes (issue 30): each passed the old visible test (accuracy > 0.5)
+#: and lost points only to the hidden one; the quick check names each before any long run
+HVD_MISTAKES = {
+    "no broadcast": (
+        ("    hvd.broadcast_variables(model.variables, root_rank=0)\n", ""),
+        "started from different weights",
+    ),
+    "unscaled rate": (
+        ("SGD(settings.learning_rate * hvd.size())", "SGD(settings.learning_rate)"),
+        "learning rate is not scaled",
+    ),
+    "no checkpoint": (
+        ('tf.train.Checkpoint(model=model).write(os.path.join(settings.checkpoint_dir, "model"))', "pass"),
+        "no checkpoint",
+    ),
+    "no averaging": (
+        ("        tape = hvd.DistributedGradientTape(tape, compression=compression)\n", ""),
+        "ended apart",
+    ),
+}
+
+
+def test_the_quick_check_passes_the_reference_script(hvd_ref):
+    assert allreduce_runs.check_hvd_script(hvd_ref, seed=11) == []
+
+
+@pytest.mark.parametrize("mistake", sorted(HVD_MISTAKES))
+def test_the_quick_check_names_each_mistake_of_exercise_3(hvd_ref, tmp_path, mistake):
+    (old, new), expected = HVD_MISTAKES[mistake]
+    text = open(hvd_ref).read()
+    assert text.count(old) == 1, f"the reference no longer holds {old!r}: update the crafted mistake"
+    script = tmp_path / "train_hvd.py"
+    script.write_text(text.replace(old, new))
+    problems = allreduce_runs.check_hvd_script(script, seed=11)
+    assert len(problems) == 1 and expected in problems[0], problems

@@ -4,6 +4,8 @@
   ``**Exercise N (K points)**``, a run's or a timing's ``(graded, K points)``, and the
   hand-graded questions' ``(graded by hand, K points each)``;
 - every hand-graded answer has a rubric for its graders, which students never see;
+- every exercise is checked (a cell tagged ``check``, or its test) before a cell tagged
+  ``long-run`` uses it, so a student's retry costs seconds, not a cluster run;
 - every script a lab's ``%%writefile`` cells write (a student's solution) is kept out of git,
   out of the student image's build context and out of nbgrader's releases and collections.
 """
@@ -149,6 +151,71 @@ def test_every_hand_graded_answer_has_a_rubric_the_students_do_not_see(lab):
             assert re.search(rf"^- \*Worth {score}:\* \S", rubric, re.M), f"{meta['grade_id']}: no sample worth {score}"
     release = (ROOT / "labs" / lab / f"{lab}.ipynb").read_text()
     assert "Rubric" not in release and "*Worth 2:*" not in release, f"labs/{lab} shows a rubric to students"
+
+
+#: a cell that starts processes or trains for long (a cluster, a job, a sweep): tagged ``long-run``
+LAUNCH = re.compile(
+    r"\b(run_ps|run_hvd|run_single|run_mwms|run_devices|run_ssp|busbw_sweep|same_weights_runs|four_runs"
+    r"|check_ring|compression_runs\.run)\(|\.(sweep|experiment)\("
+)
+
+
+def _tags(cell) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def first_checks_late(cells) -> list[str]:
+    """Exercises whose first check comes after a long run: for every solution cell that
+    defines code (a function, or a script by ``%%writefile``), the first cell after it that
+    checks it (tagged ``check``, or an autograded test) must come before the first cell
+    tagged ``long-run`` after it."""
+    late = []
+    for i, cell in enumerate(cells):
+        meta = _grading(cell)
+        if not (
+            cell.cell_type == "code" and meta.get("solution") and re.search(r"^(def |%%writefile)", cell.source, re.M)
+        ):
+            continue
+        check = next((j for j in range(i + 1, len(cells)) if "check" in _tags(cells[j]) or _is_test(cells[j])), None)
+        run = next((j for j in range(i + 1, len(cells)) if "long-run" in _tags(cells[j])), None)
+        if check is None or (run is not None and run < check):
+            late.append(
+                f"{meta.get('grade_id')} (cell {i}): first checked in cell {check}, after the long run in cell {run}"
+            )
+    return late
+
+
+def _is_test(cell) -> bool:
+    return cell.cell_type == "code" and bool(_grading(cell).get("grade")) and not _grading(cell).get("solution")
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_every_exercise_is_checked_before_a_long_run_uses_it(lab):
+    cells = nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4).cells
+    untagged = [
+        i
+        for i, c in enumerate(cells)
+        if c.cell_type == "code"
+        and LAUNCH.search(c.source)
+        and not _grading(c).get("grade")
+        and "check" not in _tags(c)
+        and "def show_error" not in c.source  # Part 5's bad input: refused before anything starts
+        and "long-run" not in _tags(c)
+    ]
+    assert untagged == [], f"{lab}: cells {untagged} start runs: tag them long-run"
+    assert first_checks_late(cells) == []
+
+
+def test_the_order_check_finds_a_check_after_the_run():
+    sol = nbformat.v4.new_code_cell("def f():\n    pass\n")
+    sol.metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "f"}
+    run = nbformat.v4.new_code_cell("ps_runs.run_ps('x.py')")
+    run.metadata["tags"] = ["long-run"]
+    quick = nbformat.v4.new_code_cell("assert f() is None")
+    quick.metadata["tags"] = ["check"]
+    assert first_checks_late([sol, quick, run]) == []
+    assert first_checks_late([sol, run, quick]) == ["f (cell 0): first checked in cell 2, after the long run in cell 1"]
+    assert first_checks_late([sol, run]) != []
 
 
 # ---------------------------------------------------------------------- students' own scripts
