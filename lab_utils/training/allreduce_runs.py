@@ -388,14 +388,12 @@ def check_hvd_script(script: str | os.PathLike = "train_hvd.py", np: int = 2, *,
     with tempfile.TemporaryDirectory(prefix="hvd-check-") as ckpt:
         run = run_hvd(script, np, args={**args, "checkpoint_dir": ckpt}, save_weights=True, progress=False)
         wrote = os.path.isfile(os.path.join(ckpt, "model.index"))
-    problems = (
-        []
-        if wrote
-        else [
+    problems = []
+    if not wrote:
+        problems.append(
             "no checkpoint: rank 0 writes tf.train.Checkpoint(model=model) to os.path.join(settings.checkpoint_dir, "
             "'model') when settings.checkpoint_dir is set"
-        ]
-    )
+        )
     for key, problem in (
         (
             "initial_weights_sum",

@@ -285,7 +285,11 @@ def _defaults(lab: str) -> dict:
     return found
 
 
-def _kept(lab: str, available: int, cores: int) -> list[str]:
+#: the labs that start clusters (Lab 1 trains in the kernel)
+CLUSTER_LABS = ("02_ps_async", "03_ps_sync", "04_allreduce", "05_alexnet", "06_communication")
+
+
+def _lost(lab: str, available: int, cores: int) -> list[str]:
     """What ``lab``'s largest default clusters lose when ``available`` bytes are left beside
     the kernel, by the rules the lab's own runs fit their clusters by (empty: nothing)."""
     from lab_utils.cluster import GUARD_MEMORY_BYTES, ResourceError
@@ -338,9 +342,9 @@ def test_the_memory_limit_holds_every_labs_largest_default_cluster(values, monke
     memory, cpu = values["singleuser"]["memory"], values["singleuser"]["cpu"]
     limit = _k8s_bytes(memory["limit"])
     assert _k8s_bytes(memory["guarantee"]) <= limit and cpu["guarantee"] <= cpu["limit"]
-    for lab in ("02_ps_async", "03_ps_sync", "04_allreduce", "05_alexnet", "06_communication"):
+    for lab in CLUSTER_LABS:
         # lab_utils' own rules, by which its runs fit clusters: nothing is scaled down
-        assert _kept(lab, limit - KERNEL_BYTES, int(cpu["limit"])) == [], f"{lab} at {limit / 1e9:.2f} GB"
+        assert _lost(lab, limit - KERNEL_BYTES, int(cpu["limit"])) == [], f"{lab} at {limit / 1e9:.2f} GB"
     assert set(MEASURED_PEAK_GB) == {p.name for p in (ROOT / "grading/source").iterdir() if p.is_dir()}
     for lab, peak in MEASURED_PEAK_GB.items():  # and what the default runs were measured to hold, with room
         assert 1.2 * peak * 1e9 <= limit, f"{lab}: a default run peaked at {peak} GB, the limit is {limit / 1e9:.2f} GB"
@@ -349,8 +353,8 @@ def test_the_memory_limit_holds_every_labs_largest_default_cluster(values, monke
 
 def test_the_fit_check_sees_a_limit_too_small_for_each_lab(monkeypatch):
     monkeypatch.setenv("LABS_OFFLINE", "0")
-    for lab in ("02_ps_async", "03_ps_sync", "04_allreduce", "05_alexnet", "06_communication"):
-        assert _kept(lab, 900 * 2**20, 2) != [], lab
+    for lab in CLUSTER_LABS:
+        assert _lost(lab, 900 * 2**20, 2) != [], lab
 
 
 def test_only_instructors_are_offered_the_instructor_image(values):
