@@ -67,6 +67,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=PRECISIONS, default="auto", help="mixed: bfloat16 compute on GPUs")
     p.add_argument("--student", default="towers.py", help="the file with the student's step functions")
     p.add_argument("--save-weights", default=None, help="write the final weights here (.npz)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check the student's two step functions on a tiny model in seconds (see check_steps)",
+    )
     return p
 
 
@@ -77,13 +82,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name, low in (("devices", 1), ("batch_size", 1), ("steps", 1), ("warmup_steps", 1), ("seed", 0)):
         if getattr(a, name) < low:
             p.error(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(a, name)}")
-    if a.method == "single" and a.devices != 1:
+    if a.method == "single" and a.devices != 1 and not a.check:
         p.error(f"--method single trains on one device, got --devices {a.devices}")
     if not a.learning_rate > 0 or not 0 <= a.momentum < 1 or not 0 <= a.dropout < 1 or not 0 < a.width <= 4:
         p.error("need --learning-rate > 0, 0 <= --momentum < 1, 0 <= --dropout < 1 and 0 < --width <= 4")
     if a.memory_limit_mb is not None and a.memory_limit_mb < 1:
         p.error(f"--memory-limit-mb must be >= 1, got {a.memory_limit_mb}")
-    if a.method != "single" and not Path(a.student).is_file():
+    if (a.method != "single" or a.check) and not Path(a.student).is_file():
         p.error(f"--student {a.student}: no such file (write it with the notebook's %%writefile cell)")
     return a
 
@@ -236,10 +241,92 @@ def _oom(a, tier, error: str, t0: float) -> dict:
     return result
 
 
+# ----------------------------------------------------------------------------- the quick check
+
+#: Images of the quick check's tiny model (8 x 8 x 3: a convolution and a dense layer).
+CHECK_SHAPE = (8, 8, 3)
+#: Relative weight difference from one device that still counts as equal (float32 rounding).
+CHECK_TOLERANCE = 1e-4
+
+
+def _tiny_model(tf, seed: int):
+    init = tf.keras.initializers.GlorotUniform
+    return tf.keras.Sequential(
+        [
+            tf.keras.layers.Input(CHECK_SHAPE),
+            tf.keras.layers.Conv2D(4, 3, activation="relu", kernel_initializer=init(seed)),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(10, kernel_initializer=init(seed + 1)),
+        ]
+    )
+
+
+def _rel_diff(weights, reference) -> float:
+    return max(
+        float(np.max(np.abs(w - r)) / max(float(np.max(np.abs(r))), 1e-12))
+        for w, r in zip(weights, reference, strict=True)
+    )
+
+
+def check_steps(a, tier, tf) -> dict:
+    """The student's ``make_towers_step`` and ``make_mirrored_step`` against one device, on a
+    tiny model: ``a.steps`` steps of SGD with momentum from the same weights on the same
+    examples (``a.batch_size`` per device). Returns, per method, the largest relative weight
+    difference from one device and the first step's loss against one device's (the mean over
+    the global batch). A sum instead of an average, one tower's gradient, an unscaled
+    replica loss or a loss reduced with MEAN shows as a difference of 1e-2 or more."""
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    n, b = a.devices, a.batch_size
+    rng = np.random.default_rng(a.seed)
+    xs = rng.normal(size=(a.steps, n * b, *CHECK_SHAPE)).astype(np.float32)
+    ys = rng.integers(0, 10, size=(a.steps, n * b)).astype(np.int64)
+    student = load_student(a.student)
+
+    def make(method):
+        def build():
+            model = _tiny_model(tf, a.seed)
+            opt = tf.keras.optimizers.SGD(a.learning_rate, momentum=a.momentum)
+            opt.build(model.trainable_variables)
+            return model, opt
+
+        if method == "mirrored":
+            strategy = tf.distribute.MirroredStrategy(devices=list(tier.devices))
+            with strategy.scope():
+                model, opt = build()
+            step = student.make_mirrored_step(strategy, model, opt, n * b)
+            return model, lambda x, y: step(_replica_values(strategy, x, n), _replica_values(strategy, y, n))
+        with tf.device(tier.variable_device if method == "towers" else tier.devices[0]):
+            model, opt = build()
+        if method == "single":
+            return model, plain_step(model, opt, loss_fn)
+        return model, student.make_towers_step(model, opt, list(tier.devices), tier.variable_device)
+
+    out, reference = {"devices": n, "batch_size": b, "steps": a.steps, "tolerance": CHECK_TOLERANCE}, None
+    for method in METHODS:
+        model, step = make(method)
+        losses = [float(step(xs[i], ys[i])) for i in range(a.steps)]
+        weights = [w.copy() for w in model.get_weights()]
+        if method == "single":
+            reference, first_loss = weights, losses[0]
+            out["loss_single"] = first_loss
+            continue
+        out[f"{method}_weights_rel_diff"] = _rel_diff(weights, reference)
+        out[f"{method}_loss"] = losses[0]
+    return out
+
+
 def run(argv=None) -> dict:
     """Parse ``argv``, set up the devices, train, report; returns the result."""
     a = parse_args(argv)
     t0 = time.time()
+    if a.check:
+        tier = lab_devices.configure(a.devices, "cpu")  # logical CPU devices: seconds on any machine
+        report.ready(tier=tier.kind, devices=list(tier.devices))
+        import tensorflow as tf
+
+        result = check_steps(a, tier, tf)
+        report.result(**result)
+        return result
     tier = lab_devices.configure(a.devices, a.device_kind, a.memory_limit_mb)
     report.ready(tier=tier.kind, devices=list(tier.devices))
     import tensorflow as tf

@@ -40,6 +40,7 @@ __all__ = [
     "TABLE_COLUMNS",
     "DeviceRun",
     "check_args",
+    "check_steps",
     "load_student",
     "run_devices",
     "sweep",
@@ -261,6 +262,75 @@ def run_devices(
             raise
         result, events, wall, mon = _killed(exc, method, devices, args), pd.DataFrame(), float("nan"), None
     return DeviceRun(label, method, devices, result, events, wall, args, str(run_dir), weights, mon)
+
+
+#: Seconds the quick check of the step functions may take before it is stopped as hung
+#: (about 6 s of one core: an import of TensorFlow and three tiny models traced).
+CHECK_TIMEOUT_S = 120
+
+
+def check_steps(
+    student: str | os.PathLike = "towers.py", devices: int = 2, *, timeout: float = CHECK_TIMEOUT_S
+) -> list[str]:
+    """Exercises 2 and 3 in seconds, before any AlexNet run: the student's
+    ``make_towers_step`` and ``make_mirrored_step`` train a tiny model for two steps on
+    ``devices`` logical CPU devices (a process of its own: a kernel's devices are fixed),
+    from the same weights and on the same examples as one device with the whole batch.
+    Returns what is wrong, one sentence each (empty: both agree with one device)."""
+    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 2:
+        raise ValueError(f"devices must be an int >= 2 (towers need two devices to differ from one), got {devices!r}")
+    path = Path(student)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run the notebook's `%%writefile {path.name}` cell first")
+    args = {"check": True, "devices": devices, "batch_size": 4, "steps": 2, "learning_rate": 0.1}
+    args["student"] = str(path.resolve())
+    cluster = TFCluster(
+        ps=0,
+        workers=1,
+        script="-m lab_utils.training.towers",
+        args=args,
+        timeout=timeout,
+        progress=False,
+        run_dir=allreduce_runs.new_run_dir("check"),
+        name="check",
+        memory_per_task=TASK_MEMORY_BYTES // 2,
+    )
+    with cluster:
+        cluster.wait()
+    result = next(iter(cluster.results().values()), None)
+    if result is None:
+        raise RuntimeError(f"the check exited 0 without a result; log in {cluster.run_dir}")
+    return step_problems(result)
+
+
+def step_problems(result: Mapping[str, Any]) -> list[str]:
+    """What a quick check's result (:func:`lab_utils.training.towers.check_steps`) says is wrong."""
+    tol, n = result["tolerance"], result["devices"]
+    problems = []
+    loss = result["loss_single"]
+    hints = {
+        "towers": "is each gradient the mean over the towers (not their sum, not one tower's), paired with its variable?",
+        "mirrored": "scale each replica's loss by the GLOBAL batch: tf.nn.compute_average_loss(per_example_losses, "
+        "global_batch_size=...)",
+    }
+    for method in ("towers", "mirrored"):
+        diff = result[f"{method}_weights_rel_diff"]
+        if not diff <= tol:
+            problems.append(
+                f"{method}: after {result['steps']} steps on {n} devices the weights differ from one device's by "
+                f"{diff:.1e} (relative; rounding alone stays under {tol:g}): {hints[method]}"
+            )
+        got = result[f"{method}_loss"]
+        if diff <= tol and not abs(got - loss) <= 1e-4 * max(1.0, abs(loss)):  # right update, wrong loss
+            reduce = (
+                "add the towers' losses and divide by their number"
+                if method == "towers"
+                else ("reduce the replicas' scaled losses with tf.distribute.ReduceOp.SUM")
+            )
+            problems.append(
+                f"{method}: the first step returned loss {got:.4f}; the mean over the global batch is {loss:.4f}: {reduce}"
+            )
+    return problems
 
 
 def sweep(

@@ -141,3 +141,25 @@ def test_the_task_refuses_bad_values_before_loading_tensorflow(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
+
+
+def test_the_quick_check_passes_the_solution_and_names_each_mistake(tmp_path):
+    """Exercises 2 and 3 checked in seconds, before any AlexNet run: the solution passes; a
+    towers step that sums the gradients and a mirrored step that scales each replica's loss by
+    its own batch (not the global one) are both named, in one run of the check."""
+    text = SOLUTION.read_text()
+    for old in ("tf.add_n(grads) / len(grads)", "global_batch_size=global_batch_size)"):
+        assert old in text, old
+    bad = tmp_path / "towers_two_mistakes.py"
+    bad.write_text(
+        text.replace("tf.add_n(grads) / len(grads)", "tf.add_n(grads)").replace(
+            "global_batch_size=global_batch_size)", "global_batch_size=global_batch_size // 2)"
+        )
+    )
+    before = _children()
+    assert towers_runs.check_steps(SOLUTION) == []
+    problems = towers_runs.check_steps(bad)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("towers:") and "mean over the towers" in problems[0], problems
+    assert problems[1].startswith("mirrored:") and "GLOBAL batch" in problems[1], problems
+    assert _children() <= before

@@ -397,3 +397,25 @@ def test_towers_step_on_one_device_twice_equals_the_single_step(solution):
     moved = max(float(np.abs(a - b).max()) for a, b in zip(m1.get_weights(), start, strict=True))
     apart = max(float(np.abs(a - b).max()) for a, b in zip(m1.get_weights(), m2.get_weights(), strict=True))
     assert moved > 1e-4 and apart < 1e-3 * moved, (moved, apart)
+
+
+def test_the_quick_checks_result_names_what_is_wrong():
+    ok = {"tolerance": 1e-4, "devices": 2, "steps": 2, "loss_single": 2.5}
+    ok.update(towers_weights_rel_diff=3e-7, towers_loss=2.5, mirrored_weights_rel_diff=2e-7, mirrored_loss=2.50001)
+    assert towers_runs.step_problems(ok) == []
+    summed = towers_runs.step_problems({**ok, "towers_weights_rel_diff": 1.9})
+    assert len(summed) == 1 and summed[0].startswith("towers:") and "1.9e+00" in summed[0]
+    # the right update and a loss reduced with MEAN over 2 replicas: half the global mean
+    halved = towers_runs.step_problems({**ok, "mirrored_loss": 1.25})
+    assert len(halved) == 1 and "ReduceOp.SUM" in halved[0] and "1.2500" in halved[0]
+    # a wrong update explains a wrong loss: one sentence, about the update
+    both = towers_runs.step_problems({**ok, "mirrored_weights_rel_diff": 0.5, "mirrored_loss": 5.0})
+    assert len(both) == 1 and "GLOBAL batch" in both[0]
+    assert towers_runs.step_problems({**ok, "towers_weights_rel_diff": float("nan")}) != []
+
+
+def test_the_quick_check_refuses_one_device_and_a_missing_file(tmp_path):
+    with pytest.raises(ValueError, match="devices must be an int >= 2"):
+        towers_runs.check_steps(SOLUTION, devices=1)
+    with pytest.raises(FileNotFoundError, match="%%writefile"):
+        towers_runs.check_steps(tmp_path / "towers.py")
