@@ -1,8 +1,8 @@
 """The network matters, for real: PS against ring all-reduce on emulated 100 Mbit/s links.
 
-One run of 1 and 4 workers per mode (about 40 s). What is asserted is what the links
-force, not how fast this machine is: a slower machine only adds the same delay to
-both modes' steps."""
+One run of 1 and 4 workers per mode (about 25 s), and two of the thesis's models (about
+15 s). What is asserted is what the links force, not how fast this machine is: a slower
+machine only adds the same delay to both modes' steps."""
 
 from __future__ import annotations
 
@@ -45,3 +45,19 @@ def test_ps_levels_off_where_ring_allreduce_scales_and_ps_traffic_grows():
     assert row[("ps", 4)].worker_mb_per_step == pytest.approx(2 * 3.0, rel=0.05)
     assert row[("allreduce", 4)].worker_mb_per_step == pytest.approx(2 * 2 * 3 / 4 * 3.0, rel=0.05)
     assert row[("allreduce", 1)].worker_mb_per_step < 0.01  # one rank: nothing to exchange
+
+
+def test_the_model_decides_alexnet_is_communication_bound_where_resnet50_is_not():
+    """Lab 4's model sizes, at CI's scale (a quarter of each real step): what the links force
+    is asserted, with wide margins (measured 3.1 against 1.7, and 1.4 against 2.6)."""
+    table = netexp.models(["AlexNet", "ResNet50"], workers=(1, 4), hosts="emulated:100mbit", scale=0.25, steps=2)
+    assert "reference" not in table.attrs
+    alex, resnet = table.loc["AlexNet"], table.loc["ResNet50"]
+    # head to head, the ring wins by more where a model sends more per computation
+    assert alex["ring / PS examples/s"] > 1.3 * resnet["ring / PS examples/s"] > 1.3
+    # and the PS scales the model that computes more per byte, not the one that sends more
+    assert resnet["PS speedup"] > 1.3 * alex["PS speedup"]
+    for name, row in table.iterrows():  # each model's own bytes on the links: a hundredth of them, times 0.25
+        mb = netexp.model_step(name, "100mbit", 0.25)["mb"]
+        assert row["PS host MB/step"] == pytest.approx(4 * 2 * mb, rel=0.05)
+        assert row["ring rank MB/step"] == pytest.approx(2 * 2 * 3 / 4 * mb, rel=0.05)
