@@ -53,6 +53,7 @@ def measure(lab: str, full: bool, limit_mb: int, timeout_s: float, cpus: float =
             box.sweep(settle_s=5)
             tail = (Path(tmp) / "run.log").read_text(errors="replace").splitlines()[-5:]
             scaled = _scaled_down(Path(tmp) / f"{lab}.ipynb")
+            recorded = _recorded(Path(tmp) / "summary.json")
         finally:
             box.close()
     return {
@@ -67,8 +68,20 @@ def measure(lab: str, full: bool, limit_mb: int, timeout_s: float, cpus: float =
         "peak_working_set_mb": round(sampled.working_set / MB),
         "peak_private_mb": round(sampled.private / MB),
         "scaled_down": scaled,
+        # what the notebook record()ed: its headline figures and the readings of its questions
+        # (bench/expected_results.py turns these into grading/expected_results.md)
+        "recorded": recorded,
         **({"log_tail": tail} if rc != 0 else {}),
     }
+
+
+def _recorded(summary: Path) -> dict:
+    """The figures the lab's notebook passed to :func:`lab_utils.run_labs.record` ({} if none)."""
+    if not summary.is_file():
+        return {}
+    rows = json.loads(summary.read_text())
+    row = rows[0] if rows else {}
+    return {k: v for k, v in row.items() if k not in ("lab", "mode", "status", "error", "notebook")}
 
 
 class _Sampler:

@@ -252,3 +252,37 @@ def test_a_script_a_lab_writes_is_in_every_ignore_list(lab):
         assert any(fnmatch.fnmatch(name, p) for p in config.CourseDirectory.ignore), (
             f"{name} is not in nbgrader's CourseDirectory.ignore (grading/nbgrader_config.py)"
         )
+
+
+# ---------------------------------------------------------------------- graded by hand
+#: The share of the course's points graders give by hand (a written answer, read by a person).
+HAND_GRADED_SHARE = 0.25
+
+
+def points_by_kind(cells) -> tuple[float, float]:
+    """(points graded by hand, points in all) of one notebook: a hand-graded cell is an
+    nbgrader grade cell that is also a solution (the student's written answer)."""
+    hand = total = 0.0
+    for cell in cells:
+        meta = _grading(cell)
+        if meta.get("grade"):
+            total += meta.get("points") or 0
+            if meta.get("solution"):
+                hand += meta.get("points") or 0
+    return hand, total
+
+
+def test_at_most_a_quarter_of_the_course_is_graded_by_hand():
+    """Written answers that only read a number off the student's table, or paraphrase an
+    earlier cell, are autograded functions of the student's own tables; what is left for
+    graders is reasoning."""
+    per_lab = {lab: points_by_kind(nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4).cells) for lab in LABS}
+    hand = sum(h for h, _ in per_lab.values())
+    total = sum(t for _, t in per_lab.values())
+    assert total > 0 and hand > 0, per_lab
+    assert hand / total <= HAND_GRADED_SHARE, f"{hand:g} of {total:g} points by hand ({hand / total:.0%}): {per_lab}"
+
+
+def test_the_share_check_counts_written_answers_only():
+    assert points_by_kind([_md("x"), _test(3), _test(2, "q", solution=True, markdown=True)]) == (2, 5)
+    assert points_by_kind([_test(1)]) == (0, 1)

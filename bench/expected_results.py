@@ -1,0 +1,143 @@
+"""The expected-results sheet for graders: what each lab's figures come out as on each tier.
+
+    python bench/expected_results.py --tier "2-core laptop=laptop.json" \\
+        --tier "Hub pod (2 CPUs, 2.5 GB)=pod.json" --tier "Binder (1 CPU, 2 GB)=binder.json" \\
+        [--out grading/expected_results.md]
+
+Each ``FILE.json`` is the output of ``bench/bench_lab_memory.py --full`` (a student's full run of
+every lab under that tier's limits). Its ``recorded`` figures are what the notebooks pass to
+:func:`lab_utils.run_labs.record`: each lab's headline figures and the readings its autograded
+questions ask for, so a grader judging a "from your own numbers" answer sees the range a
+correct run gives on the student's kind of machine. Tiers without a file (a GPU node, where the
+course machine has none) are described in :data:`NOT_MEASURED` and not given figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+#: What a figure means, for the sheet's first column (a figure not listed here is shown by its key).
+LABELS = {
+    "accuracy": "test accuracy",
+    "examples_per_sec": "examples/s",
+    "fastest_to_target": "Q2: batch fastest to the target",
+    "highest_throughput_batch": "batch with the highest examples/s",
+    "throughput_growth": "Q1: examples/s at the largest batch / at the smallest",
+    "speedup": "Q2: examples/s, most workers / fewest",
+    "busy_cores_most_workers": "Q2: cores kept busy, most workers",
+    "straggler_step_share": "Q3: straggler's share of local steps",
+    "updates_per_slow_step": "Q3: updates per straggler step (predicted staleness)",
+    "straggler_staleness_mean": "Q3: straggler's staleness, measured",
+    "async_time_ratio": "Q2: Table 3 (async) time, largest batch / smallest",
+    "sync_time_ratio": "Q2: Table 4 (sync) time, largest batch / smallest",
+    "async_slope": "Q2: Table 3 log-log slope (1/B: -1)",
+    "sync_slope": "Q2: Table 4 log-log slope (flat: 0)",
+    "backup_speedup": "Q3: backup workers' speedup",
+    "waiting_floor_s": "Q3: waiting floor without backup workers (s)",
+    "wall_without_backup_s": "Q3: wall time without backup workers (s)",
+    "sync_train_time_spread_s": "Q5: sync train-time spread (s)",
+    "async_train_time_spread_s": "Q5: async train-time spread (s)",
+    "async_most_steps": "Q5: async worker with the most steps",
+    "wait_over_reduce": "Q2: negotiation time / all-reduce time",
+    "fp16_byte_ratio": "Q2: fp16 bytes / float32 bytes per step",
+}
+#: Tiers the course machine cannot measure, with what changes there.
+NOT_MEASURED = {
+    "GPU node": (
+        "Not measured here (the course machine has no GPU TensorFlow can use). What changes, from the "
+        "seeds and the labs' own notes: Lab 1's examples/s rises tenfold or more and flattens later in "
+        "the batch; Labs 2-3 (logistic regression on the CPU) are unchanged; in Lab 4 the all-reduce of a "
+        "large model dominates and negotiation becomes small (Q2's ratio falls below 1); in Lab 5 real "
+        "devices add compute, so towers and MirroredStrategy scale (speedups near N on NVLink), and the "
+        "out-of-memory row comes from device memory, not a logical limit; Lab 6 is unchanged (its "
+        "links are emulated)."
+    )
+}
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool) or isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def load_tier(path: Path) -> dict:
+    """``{lab: {"recorded": {...}, "wall_s": ..., "scaled_down": [...]}}`` of one bench file."""
+    data = json.loads(path.read_text())
+    labs = data.get("labs")
+    if not isinstance(labs, dict) or not labs:
+        raise ValueError(f"{path}: not an output of bench/bench_lab_memory.py (no 'labs')")
+    return labs
+
+
+def sheet(tiers: dict[str, tuple[str, dict]]) -> str:
+    """The markdown sheet: one table per lab, a column per measured tier. ``tiers``: name ->
+    (where its figures come from, :func:`load_tier`'s labs)."""
+    names = list(tiers)
+    labs = sorted({lab for _, t in tiers.values() for lab in t})
+    out = [
+        "# Expected results, per tier",
+        "",
+        "What a correct full run of each lab gives on each kind of machine: the figures the notebooks "
+        "record, and the readings the autograded questions ask for. Use them to judge answers that "
+        "quote the student's own numbers: a student's figure far outside its tier's value is worth a "
+        "second look (a busy machine, a scaled-down cluster: the notebook prints a `[lab_utils]` line "
+        "when it runs fewer workers than asked). Regenerate with `bench/expected_results.py` after a "
+        "change to the labs.",
+        "",
+    ]
+    for name in names:
+        out.append(f"- **{name}**: `{tiers[name][0]}`")
+    out.append("")
+    for lab in labs:
+        rows: dict[str, list[str]] = {}
+        for i, name in enumerate(names):
+            entry = tiers[name][1].get(lab) or {}
+            figures = {**(entry.get("recorded") or {})}
+            figures["wall time of the full run (s)"] = entry.get("wall_s")
+            if entry.get("scaled_down"):
+                figures["scaled down"] = "; ".join(entry["scaled_down"])
+            for key, value in figures.items():
+                if key == "data_source":
+                    continue
+                rows.setdefault(LABELS.get(key, key), ["–"] * len(names))[i] = _fmt(value)
+        out += [f"## {lab}", "", "| figure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        out += [f"| {label} | " + " | ".join(values) + " |" for label, values in rows.items()]
+        out.append("")
+    for name, text in NOT_MEASURED.items():
+        out += [f"## {name}", "", text, ""]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tier", action="append", required=True, help='"NAME=bench.json", one per tier, in order')
+    parser.add_argument("--out", help="write the sheet here (default: standard output)")
+    args = parser.parse_args(argv)
+    tiers = {}
+    for spec in args.tier:
+        name, sep, path = spec.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            parser.error(f'--tier takes "NAME=FILE.json", got {spec!r}')
+        try:
+            tiers[name.strip()] = (Path(path).name, load_tier(Path(path)))
+        except (OSError, ValueError) as exc:
+            print(f"expected_results: {exc}", file=sys.stderr)
+            return 2
+    text = sheet(tiers)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
