@@ -31,6 +31,7 @@ c.CourseDirectory.ignore = [
     "ring.py",
     "towers.py",
     "compressors.py",
+    "two_tasks.py",
     "*.npz",
 ]  # written by %%writefile from solution cells, and weights files the runs write
 

@@ -20,7 +20,8 @@ One module per job:
   bytes) built and removed with the job; local with a note without root
 - ``job``: the life cycle every job shares (start, wait, stop, logs, repr)
 - ``tf``: ``TFCluster`` (PS + workers, or ``ps=0``: workers only, for collective
-  training) and the task side (``task_config``, ``start_server``)
+  training, or ``chief=1``: a coordinator for TF2's ``ParameterServerStrategy``) and the
+  task side (``task_config``, ``start_server``)
 - ``mpi``: ``MPIJob``, launcher command lines, per-rank logs
 - ``hvdbuild``: which controllers the installed Horovod was built with (probed in
   a child process, so the kernel never loads TensorFlow for it)

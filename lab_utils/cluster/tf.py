@@ -114,16 +114,20 @@ def _count(label: str, value: Any) -> int:
 
 
 class TFCluster(Job):
-    """A TensorFlow cluster: ``ps`` PS tasks + ``workers`` workers.
+    """A TensorFlow cluster: ``ps`` PS tasks + ``workers`` workers (+ a ``chief``).
 
     ``ps=0`` is a cluster of workers only, for collective training
     (``MultiWorkerMirroredStrategy``, Lab 4): its ``TF_CONFIG`` names no ``ps`` job.
+    ``chief=1`` adds ``chief:0``, the coordinator of TF2's ``ParameterServerStrategy``
+    (Lab 2's aside): the chief alone runs the training loop and ends by itself; the PS
+    tasks and workers are servers that never do (a server that exits while the chief
+    runs is a failure), and are stopped when the chief has exited 0.
 
     Each task runs ``python script <args>`` with ``TF_CONFIG`` (ports picked
     free by the parent), ``LABS_TASK``, ``LABS_REPORT_FILE``, ``LABS_RUN_DIR``.
     A task is ready when it reports ``ready`` (:func:`start_server` does).
-    :meth:`wait` returns when every worker exited 0; PS tasks (which
-    ``server.join()`` forever) are then stopped: the normal end.
+    :meth:`wait` returns when every worker (or, with a chief, the chief) exited 0;
+    the tasks that ``server.join()`` forever are then stopped: the normal end.
 
     ``hosts``: local by default, in a private network of the cluster's own
     (:class:`~lab_utils.cluster.userns.PrivateNetwork`: a network namespace with only
@@ -134,8 +138,8 @@ class TFCluster(Job):
     whatever graph they are sent. :func:`~lab_utils.cluster.netem.emulated` (or the
     string ``"emulated:bandwidth=100mbit"``) places the tasks on emulated hosts
     (network namespaces joined by shaped links, with or without root).
-    A list names one host per task, PS first then workers (e.g. ``["n1", "n2",
-    "n2"]``); remote tasks are started with ``ssh -tt`` (see
+    A list names one host per task, PS first then workers, then the chief (e.g.
+    ``["n1", "n2", "n2"]``); remote tasks are started with ``ssh -tt`` (see
     :func:`lab_utils.cluster.hosts.ssh_command`). ``"hostfile:nodes.txt"`` places
     the tasks round-robin on a hostfile's slots (ssh); ``"slurm"`` on the nodes of
     the Slurm allocation the kernel runs in (``srun``). Remote and emulated ports cannot
@@ -168,15 +172,18 @@ class TFCluster(Job):
         cwd: str | os.PathLike | None = None,
         name: str | None = None,
         exposed_ok: bool | None = None,
+        chief: int = 0,
     ):
-        ps, workers = _count("ps", ps), _count("workers", workers)
+        ps, workers, chief = _count("ps", ps), _count("workers", workers), _count("chief", chief)
         if workers == 0:
             raise ValueError(
                 f"workers must be at least 1 (got ps={ps}, workers=0): a cluster without workers trains nothing"
             )
+        if chief > 1:
+            raise ValueError(f"chief must be 0 or 1 (TensorFlow has one chief task at most), got {chief}")
         if isinstance(start_retries, bool) or not isinstance(start_retries, int) or start_retries < 1:
             raise ValueError(f"start_retries must be an integer >= 1, got {start_retries!r}")
-        n = ps + workers
+        n = ps + workers + chief
         emulate, self.remote_via = None, "ssh"
         named = named_hosts(hosts, n) if isinstance(hosts, str) else None  # the parameter shadows the module
         if named is not None:
@@ -187,7 +194,8 @@ class TFCluster(Job):
             hosts = list(hosts)
             if len(hosts) != n:
                 raise ValueError(
-                    f"hosts needs one entry per task (ps first, then workers): {n} expected, got {len(hosts)}"
+                    f"hosts needs one entry per task (ps first, then workers{', then the chief' if chief else ''}): "
+                    f"{n} expected, got {len(hosts)}"
                 )
         if memory_per_task is not None and memory_per_task <= 0:
             raise ValueError(f"memory_per_task must be a positive number of bytes, got {memory_per_task!r}")
@@ -205,7 +213,7 @@ class TFCluster(Job):
             name=name,
             progress=progress,
         )
-        self.ps, self.workers = ps, workers
+        self.ps, self.workers, self.chief = ps, workers, chief
         self.hosts = hosts or [None] * n
         self.emulate = emulate
         self.ssh = shlex.split(ssh) if isinstance(ssh, str) else list(ssh)
@@ -219,12 +227,13 @@ class TFCluster(Job):
         local = sum(1 for h in self.hosts if hosts.is_local(h))
         if not self.check_resources or local == 0:
             return
+        servers = self.ps + self.chief
         check_fit(
             local,
-            f"{self.ps} PS + {self.workers} workers",
+            ("1 chief + " if self.chief else "") + f"{self.ps} PS + {self.workers} workers",
             self.memory_per_task,
             guard=self.use_guard,
-            hint=lambda fit: f"try workers={fit - self.ps}" if fit > self.ps else None,
+            hint=lambda fit: f"try workers={fit - servers}" if fit > servers else None,
         )
         cores = resources.usable_cores()
         if local > cores:
@@ -256,11 +265,12 @@ class TFCluster(Job):
 
     # -- spec
     def task_names(self) -> list[str]:
-        return [f"ps:{i}" for i in range(self.ps)] + [f"worker:{i}" for i in range(self.workers)]
+        names = [f"ps:{i}" for i in range(self.ps)] + [f"worker:{i}" for i in range(self.workers)]
+        return names + ["chief:0"] * self.chief
 
     def cluster_spec(self) -> dict:
         """The ClusterSpec dict handed to tasks (after start: with the real ports)."""
-        spec: dict[str, list[str]] = {"ps": [], "worker": []}
+        spec: dict[str, list[str]] = {"chief": [], "ps": [], "worker": []}
         for t in self.tasks:
             spec[t.role].append(f"{t.host or 'localhost'}:{t.port}")
         return {role: addresses for role, addresses in spec.items() if addresses}
@@ -366,17 +376,21 @@ class TFCluster(Job):
         return None
 
     def _main_tasks(self) -> list[Task]:
-        return [t for t in self.tasks if t.role == "worker"]
+        """The tasks whose end is the run's end: the chief if there is one, else the workers."""
+        return [t for t in self.tasks if t.role == "chief"] or [t for t in self.tasks if t.role == "worker"]
 
     def _check(self) -> tuple[Task | None, bool]:
         for t in self.tasks:
             t.poll()
+        main = self._main_tasks()
         for t in self.tasks:
             if t.exit_code is not None and t.state == "failed":
                 return t, False
-            if t.role == "ps" and t.exit_code is not None and t.state != "stopped":
-                return t, False  # a PS that ends by itself (even with 0) leaves workers hanging
-        return None, all(t.exit_code == 0 for t in self._main_tasks())
+            if t not in main and t.exit_code is not None and t.state != "stopped":
+                # a server that ends by itself (even with 0) leaves the others hanging: a PS the
+                # workers, a worker the chief that schedules steps on it
+                return t, False
+        return None, all(t.exit_code == 0 for t in main)
 
     def _event_files(self) -> list[tuple[str, Path]]:
         return [(t.name, t.events_path) for t in self.tasks]

@@ -7,6 +7,10 @@
   command line, graph hand-off, start barrier, the synchronous shutdown protocol.
 - ``ps_runs``: the notebook side of Labs 2 and 3: launch a PS cluster, turn what
   it reported into the CS 744 tables and figures, inspect a student's graph.
+- ``ps_hand`` (+ ``ps_hand_runs``): Lab 2, Part 1: a 1 PS + 1 worker cluster whose
+  tasks build their own TF_CONFIG with the student's functions, from the CS 744 flags.
+- ``ps_strategy`` (+ ``ps_strategy_runs``): Lab 2's TF2 aside: the same training with
+  ``ParameterServerStrategy`` and a ``ClusterCoordinator`` on a chief task.
 
 - ``ring``: Lab 4, Part A, the task side under ``mpirun``: a student's
   ``ring_allreduce`` checked against MPI's ``Allreduce`` (bytes sent counted) and

@@ -121,6 +121,10 @@ The fix, in this module:
 6. A safety net: every train step runs with a deadline (``step_timeout``); a
    token that never comes becomes a clear error, never a silent hang.
 
+``--tf-defaults`` runs the same graph with none of these fixes, as CS 744's code ran
+(:mod:`lab_utils.training.ps_defaults`), and :func:`phase` events say where each worker
+is; :mod:`lab_utils.training.ps_demos` shows both side by side (Lab 3, Part 5).
+
 Lab 6: stale-synchronous parallel (``mode="ssp"``)
 --------------------------------------------------
 Asynchronous updates as in Lab 2, but a worker may run at most ``s`` steps ahead
@@ -187,6 +191,7 @@ __all__ = [
     "straggle",
     "start_barrier",
     "serve",
+    "phase",
     "train_worker",
 ]
 
@@ -348,6 +353,18 @@ def start_barrier(task_index: int, num_workers: int):
         arrive = tf.group(*[q.enqueue(1) for j, q in enumerate(queues) if j != task_index])
         wait = queues[task_index].dequeue_many(num_workers - 1)
     return arrive, wait
+
+
+def phase(name: str, what: str, why: str | None = None, **fields: Any) -> None:
+    """Say where this worker is now: one ``phase`` event (``phase=name``, ``what``, ``why``,
+    ``fields``) and the same words as one log line. The phases: ``session`` (opening its
+    session), ``training``, ``closing`` (left its loop, closing its session), ``closed``;
+    with TensorFlow's defaults also ``ended_early``. Lab 3's Part 5 demos
+    (:mod:`lab_utils.training.ps_demos`) show the last one of a task that never exited."""
+    from lab_utils import report
+
+    report.event("phase", phase=name, what=what, why=why, **fields)
+    print(f"{report.task_name()}: {what}" + (f" ({why})" if why else ""), flush=True)
 
 
 def serve(task) -> None:
@@ -585,11 +602,17 @@ def train_worker(
     step, the result. Returns the result dict (also reported with ``report.result``).
     ``data``: the data set to shard (default :func:`lab_utils.data.load_mnist`).
     ``may_start(clock, clocks, s) -> bool``: mode ``ssp`` only (and required there),
-    the rule a worker waits on before each step (:mod:`lab_utils.training.ssp`)."""
+    the rule a worker waits on before each step (:mod:`lab_utils.training.ssp`).
+    ``settings.tf_defaults`` (``--tf-defaults``): TensorFlow's defaults instead, which hang
+    at shutdown (:func:`lab_utils.training.ps_defaults.train_worker_tf_defaults`)."""
     from lab_utils.cluster import start_server
     from lab_utils.models import import_tensorflow
 
     _check_rule(settings, may_start)
+    if settings.tf_defaults:
+        from lab_utils.training.ps_defaults import train_worker_tf_defaults
+
+        return train_worker_tf_defaults(task, settings, build=build, data=data)
     clock = loop.Clock()
     shard = loop.load_shard(settings.num_workers, task.index, settings.batch_size, data)
     target = target_global_steps(settings, shard.n_train)
@@ -610,6 +633,7 @@ def train_worker(
         clock.mark("graph")
         test_feed = {g.x: shard.data.x_test, g.y: shard.data.y_test}
         staleness = _Staleness() if settings.mode == "async" else None
+        phase("session", "opening its session", None if task.is_chief else "waiting for the chief's model")
         with v1.train.MonitoredSession(
             session_creator=session_creator(task, server.target, config),
             hooks=g.hooks,
@@ -617,6 +641,7 @@ def train_worker(
         ) as sess:
             clock.mark("session")
             _meet_at_barrier(sess, barrier, task)
+            phase("training", "training", mode=settings.mode)
             stats = loop.run_steps(
                 _train_step(sess, g, fetch, task, settings, target),
                 shard.batches(settings.batch_size, settings.seed * 1000 + task.index),
@@ -631,7 +656,16 @@ def train_worker(
             if clocks is not None:
                 clocks.finish(sess)  # a finished worker holds nobody back
             head, tail = _result_fields(sess, g, task, settings, target, test_feed)
+            phase(
+                "closing",
+                "closing its session",
+                f"left its loop at global step {stats.step} of {target}; stop_grace_period_secs="
+                f"{STOP_GRACE_PERIOD_SECS:g}",
+                global_step=stats.step,
+                local_steps=stats.local_steps,
+            )
     clock.mark("end")
+    phase("closed", f"session closed at global step {stats.step}", global_step=stats.step)
     for counts in (staleness, clocks):
         if counts is not None:
             tail.update(counts.summary())

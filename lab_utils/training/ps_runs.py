@@ -16,6 +16,14 @@ result dicts and step events). The tables are in the form of the CS 744 report:
   batch-size sweeps: its Tables 3 and 4); :func:`sweep_table` (Lab 3, Part 3)
   adds the slowest worker's training-loop time to Tables 3 and 4.
 
+Lab 3's Part 5 shows how a synchronous run hangs with TensorFlow's defaults and what a
+killed worker does (:func:`shutdown_hang_demo`, :func:`worker_failure_demo`, from
+:mod:`lab_utils.training.ps_demos`).
+
+Lab 2 also starts a cluster *by hand* before ``run_ps`` takes over (:func:`run_two_tasks`,
+:mod:`lab_utils.training.ps_hand_runs`) and shows TF2's ``ParameterServerStrategy``
+(:func:`run_ps_strategy`, :mod:`lab_utils.training.ps_strategy_runs`).
+
 Before a run, :func:`fit_workers` scales the worker count to what this machine
 allows; :func:`inspect_graph` builds a student's ``build_graph`` out of the kernel
 and says where everything was placed (the visible tests of Exercise 1). Nothing
@@ -43,6 +51,9 @@ from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.metrics import watch
 from lab_utils.resources import available_memory_bytes, usable_cores
 from lab_utils.training import loop
+from lab_utils.training.ps_demos import FailureDemo, HangDemo, shutdown_hang_demo, worker_failure_demo
+from lab_utils.training.ps_hand_runs import TwoTasks, load_two_tasks, run_two_tasks
+from lab_utils.training.ps_strategy_runs import StrategyRun, run_ps_strategy
 
 __all__ = [
     "fit_workers",
@@ -50,6 +61,7 @@ __all__ = [
     "task_memory",
     "cluster_memory",
     "inspect_graph",
+    "ps_cluster",
     "run_ps",
     "PSRun",
     "compare",
@@ -58,6 +70,17 @@ __all__ = [
     "plot_accuracy",
     "sweep_table",
     "LOOP_COLUMN",
+    # Lab 2, Part 1 (a cluster started by hand) and its TF2 aside, re-exported from their modules
+    "load_two_tasks",
+    "run_two_tasks",
+    "TwoTasks",
+    "run_ps_strategy",
+    "StrategyRun",
+    # Lab 3, Part 5: the shutdown hang and a worker killed mid-run, re-exported from ps_demos
+    "shutdown_hang_demo",
+    "worker_failure_demo",
+    "HangDemo",
+    "FailureDemo",
 ]
 
 #: Most workers per usable core before the cluster is scaled down: beyond two, the
@@ -366,6 +389,31 @@ def inspect_graph(
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def ps_cluster(
+    script: str | os.PathLike,
+    *,
+    workers: int = 2,
+    args: Mapping[str, Any] | None = None,
+    timeout: float | None = 600,
+    progress: bool = True,
+    hosts: str | Sequence[str] | EmulatedHosts | None = None,
+) -> TFCluster:
+    """The 1 PS + ``workers`` :class:`~lab_utils.cluster.TFCluster` that :func:`run_ps` runs
+    (not started), its memory check sized by :func:`cluster_memory`. The Part 5 demos
+    (:mod:`lab_utils.training.ps_demos`) watch one of these instead of waiting on it."""
+    return TFCluster(
+        ps=1,
+        workers=workers,
+        script=script,
+        args=dict(args or {}),
+        timeout=timeout,
+        progress=progress,
+        # the cluster checks one figure per task: the mean of a PS's and the workers' (same total)
+        memory_per_task=(cluster_memory(workers) - (workers + 1) * GUARD_MEMORY_BYTES) // (workers + 1),
+        hosts=hosts,
+    )
+
+
 def run_ps(
     script: str | os.PathLike,
     *,
@@ -397,17 +445,7 @@ def run_ps(
     args = dict(args or {})
     started = time.time()
     t0 = time.monotonic()
-    cluster = TFCluster(
-        ps=1,
-        workers=workers,
-        script=script,
-        args=args,
-        timeout=timeout,
-        progress=progress,
-        # the cluster checks one figure per task: the mean of a PS's and the workers' (same total)
-        memory_per_task=(cluster_memory(workers) - (workers + 1) * GUARD_MEMORY_BYTES) // (workers + 1),
-        hosts=hosts,
-    )
+    cluster = ps_cluster(script, workers=workers, args=args, timeout=timeout, progress=progress, hosts=hosts)
     with cluster:
         mon = watch(cluster, interval=interval, sample=monitor, live=live)
     wall = time.monotonic() - t0

@@ -42,6 +42,7 @@ class Settings:
     step_timeout: float = STEP_TIMEOUT_SECS
     save_weights: str | None = None  # the chief writes the final model weights here (.npz; Lab 4, Part C)
     staleness: float | None = None  # ssp only: the bound s, an int >= 0 or math.inf (ASP)
+    tf_defaults: bool = False  # sync only: TensorFlow's defaults, which hang at shutdown (Lab 3, Part 5)
 
     @property
     def replicas(self) -> int:
@@ -124,6 +125,7 @@ def check_settings(
     step_timeout: float = STEP_TIMEOUT_SECS,
     save_weights: str | None = None,
     staleness: int | float | str | None = None,
+    tf_defaults: bool = False,
 ) -> Settings:
     """Validate everything that can be checked before TensorFlow starts; raise
     ``ValueError``/``TypeError`` saying what was given and what is allowed."""
@@ -171,6 +173,10 @@ def check_settings(
         staleness = parse_staleness(staleness)
     elif staleness is not None:
         raise ValueError(f"staleness only applies to mode='ssp', got staleness={staleness!r} with mode={mode!r}")
+    if not isinstance(tf_defaults, bool):
+        raise TypeError(f"tf_defaults must be True or False, got {tf_defaults!r}")
+    if tf_defaults and mode != "sync":
+        raise ValueError(f"tf_defaults only applies to mode='sync' (Lab 3, Part 5), got mode={mode!r}")
     delays = parse_straggler(straggler)
     for name in delays:
         job, _, index = name.partition(":")
@@ -194,6 +200,7 @@ def check_settings(
         float(step_timeout),
         save_weights or None,
         staleness,
+        tf_defaults=tf_defaults,
     )
 
 
@@ -263,6 +270,13 @@ def make_parser(mode: str, description: str | None = None) -> argparse.ArgumentP
         help="seconds one train step may block before the run fails (default 60)",
     )
     p.add_argument("--save-weights", default=None, help="the chief saves the final model weights here (.npz)")
+    if mode == "sync":
+        p.add_argument(
+            "--tf-defaults",
+            action="store_true",
+            help="run with TensorFlow's defaults (MonitoredTrainingSession, StopAtStepHook, default tokens, "
+            "no device filters, no step deadline): the run hangs at shutdown (Lab 3, Part 5)",
+        )
     return p
 
 
@@ -295,6 +309,7 @@ def parse_args(mode: str, argv=None, description: str | None = None, env: Mappin
             step_timeout=args.step_timeout,
             save_weights=args.save_weights,
             staleness=getattr(args, "staleness", None),
+            tf_defaults=getattr(args, "tf_defaults", False),
         )
     except (ValueError, TypeError) as exc:
         parser.error(str(exc))

@@ -156,7 +156,7 @@ def test_every_hand_graded_answer_has_a_rubric_the_students_do_not_see(lab):
 #: a cell that starts processes or trains for long (a cluster, a job, a sweep): tagged ``long-run``
 LAUNCH = re.compile(
     r"\b(run_ps|run_hvd|run_single|run_mwms|run_devices|run_ssp|busbw_sweep|same_weights_runs|four_runs"
-    r"|check_ring|compression_runs\.run)\(|\.(sweep|experiment)\("
+    r"|check_ring|compression_runs\.run|run_ps_strategy|shutdown_hang_demo|worker_failure_demo)\(|\.(sweep|experiment)\("
 )
 
 

@@ -69,7 +69,7 @@ def test_planted_lines_are_found(student_copy):
     before = {str(leak) for leak in find_leaks(student_files(package, labs), source_notebooks())}
     solution = _secret("solution", "02_ps_async.ipynb", "train_async")
     hidden = _secret("hidden tests", "03_ps_sync.ipynb", "test_sync_run")
-    answer = _secret("solution", "02_ps_async.ipynb", "q3_staleness")  # a markdown answer
+    answer = _secret("solution", "02_ps_async.ipynb", "q1_exec_time")  # a markdown answer
     with open(package / "models.py", "a") as f:  # other indentation, a comment
         f.write(f"\n\ndef _helper():\n        {solution.line}  # planted\n")
     (labs / "notes.md").write_text(f"Some notes\n\n    # {hidden.line}\n")  # commented out still counts
