@@ -300,6 +300,14 @@ def _lost(lab: str, available: int, cores: int) -> list[str]:
         want = max(p["WORKERS"]) if isinstance(p["WORKERS"], list) else p["WORKERS"]
         got = ps_runs.fit_workers(want, available=available, cores=cores)
         lost += [f"1 PS + {want} workers: {got} fit"] if got != want else []
+        if lab == "02_ps_async":  # the TF2 aside: a chief, 1 PS and 2 workers
+            from lab_utils.training import ps_strategy_runs
+
+            try:
+                tf2 = ps_strategy_runs.fit_strategy_workers(2, available=available)
+            except ResourceError:
+                tf2 = 0
+            lost += [f"TF2 chief + 1 PS + 2 workers: {tf2} fit"] if tf2 != 2 else []
     elif lab == "04_allreduce":  # Part D's sweep of 1 PS + n workers; its ring runs are smaller
         got = ps_runs.fit_sweep(p["SCALING_NP"], available=available)
         lost += [f"the sweep {p['SCALING_NP']}: {got} fit"] if got != p["SCALING_NP"] else []
