@@ -43,19 +43,37 @@ LABELS = {
     "async_most_steps": "Q5: async worker with the most steps",
     "wait_over_reduce": "Q2: negotiation time / all-reduce time",
     "fp16_byte_ratio": "Q2: fp16 bytes / float32 bytes per step",
+    "hang_still_running": "Q4: workers still running at the deadline (TensorFlow's defaults)",
+    "fixed_finished": "Q4: workers that exited 0 (the course's settings)",
+    "async_accuracy": "test accuracy, async run",
+    "workers": "workers of the main run",
+    "ranks": "ranks",
+    "final_global_step": "final global step",
+    "max_weight_rel_diff": "Part C: largest relative weight difference",
+    "scaling_max_rel_error": "Part D: the model's largest error in measured throughput",
 }
+#: Recorded figures the sheet leaves out: the run's wall time is the bench's own, shown once.
+SKIPPED = {"data_source", "wall_time_s"}
 #: Tiers the course machine cannot measure, with what changes there.
 NOT_MEASURED = {
     "GPU node": (
         "Not measured here (the course machine has no GPU TensorFlow can use). What changes, from the "
         "seeds and the labs' own notes: Lab 1's examples/s rises tenfold or more and flattens later in "
         "the batch; Labs 2-3 (logistic regression on the CPU) are unchanged; in Lab 4 the all-reduce of a "
-        "large model dominates and negotiation becomes small (Q2's ratio falls below 1); in Lab 5 real "
+        "large model dominates and negotiation becomes small; in Lab 5 real "
         "devices add compute, so towers and MirroredStrategy scale (speedups near N on NVLink), and the "
         "out-of-memory row comes from device memory, not a logical limit; Lab 6 is unchanged (its "
         "links are emulated)."
     )
 }
+
+
+def _label(key: str) -> str:
+    """The sheet's words for a recorded figure (Lab 6's ``<method>_byte_cut``, ``_time_cut``)."""
+    for suffix, what in (("_byte_cut", "bytes"), ("_time_cut", "time per step")):
+        if key.endswith(suffix):
+            return f"Q1: {key.removesuffix(suffix)} cuts the {what} by (x)"
+    return LABELS.get(key, key)
 
 
 def _fmt(value) -> str:
@@ -77,7 +95,7 @@ def load_tier(path: Path) -> dict:
     return labs
 
 
-def sheet(tiers: dict[str, tuple[str, dict]]) -> str:
+def sheet(tiers: dict[str, tuple[str, dict]], note: str | None = None) -> str:
     """The markdown sheet: one table per lab, a column per measured tier. ``tiers``: name ->
     (where its figures come from, :func:`load_tier`'s labs)."""
     names = list(tiers)
@@ -94,7 +112,17 @@ def sheet(tiers: dict[str, tuple[str, dict]]) -> str:
         "",
     ]
     for name in names:
-        out.append(f"- **{name}**: `{tiers[name][0]}`")
+        source, runs = tiers[name]
+        data = sorted({str(entry.get("data", "?")) for entry in runs.values()})
+        out.append(f"- **{name}**: `{source}`, data: {', '.join(data)}")
+    out += [
+        "",
+        "Figures measured on the deterministic full-size stand-ins (`python -m lab_utils stand-ins`) "
+        "reach lower accuracies than the real MNIST and CIFAR-10 (each lab's target follows its data: "
+        "`lab_utils.data.target_accuracy`); times and ratios are what to compare.",
+    ]
+    if note:
+        out += ["", note]
     out.append("")
     for lab in labs:
         rows: dict[str, list[str]] = {}
@@ -105,9 +133,9 @@ def sheet(tiers: dict[str, tuple[str, dict]]) -> str:
             if entry.get("scaled_down"):
                 figures["scaled down"] = "; ".join(entry["scaled_down"])
             for key, value in figures.items():
-                if key == "data_source":
+                if key in SKIPPED:
                     continue
-                rows.setdefault(LABELS.get(key, key), ["–"] * len(names))[i] = _fmt(value)
+                rows.setdefault(_label(key), ["–"] * len(names))[i] = _fmt(value)
         out += [f"## {lab}", "", "| figure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         out += [f"| {label} | " + " | ".join(values) + " |" for label, values in rows.items()]
         out.append("")
@@ -120,6 +148,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tier", action="append", required=True, help='"NAME=bench.json", one per tier, in order')
     parser.add_argument("--out", help="write the sheet here (default: standard output)")
+    parser.add_argument("--note", help="a paragraph under the tiers: when and how they were measured")
     args = parser.parse_args(argv)
     tiers = {}
     for spec in args.tier:
@@ -131,7 +160,7 @@ def main(argv=None) -> int:
         except (OSError, ValueError) as exc:
             print(f"expected_results: {exc}", file=sys.stderr)
             return 2
-    text = sheet(tiers)
+    text = sheet(tiers, args.note)
     if args.out:
         Path(args.out).write_text(text + "\n")
     else:

@@ -334,14 +334,14 @@ KERNEL_BYTES = 400 * 2**20
 #: a student's default run with full-size MNIST and CIFAR-10 stand-ins, in a cgroup of the pod's
 #: 2 CPUs and a 2.5 GB limit (bench_lab_memory.py --full --stand-ins --cpus 2 --limit-mb 2560):
 #: its peak working set (memory less the page cache the kernel may take back), in GB (10**9
-#: bytes); 2026-11-27 (deploy/README.md, "Per-user limits")
+#: bytes); 2026-11-27, after issue 30's new parts (deploy/README.md, "Per-user limits")
 MEASURED_PEAK_GB = {
     "01_single_node": 0.59,
-    "02_ps_async": 2.01,  # 1 PS + 4 workers
-    "03_ps_sync": 1.53,
+    "02_ps_async": 2.15,  # the TF2 aside: a chief, a PS and 2 workers beside the kernel (1 PS + 4 workers: 2.01)
+    "03_ps_sync": 1.48,
     "04_allreduce": 2.04,  # Part D's 1 PS + 4 workers
-    "05_alexnet": 2.00,  # Part D: two MultiWorkerMirroredStrategy workers beside the kernel
-    "06_communication": 1.83,
+    "05_alexnet": 2.02,  # Part D: two MultiWorkerMirroredStrategy workers beside the kernel
+    "06_communication": 1.86,
 }
 
 

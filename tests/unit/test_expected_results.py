@@ -26,6 +26,7 @@ def test_one_column_per_tier_and_every_recorded_figure(tmp_path):
         {
             "02_ps_async": {"wall_s": 75.2, "recorded": {"speedup": 1.31, "busy_cores_most_workers": 1.9}},
             "01_single_node": {"wall_s": 16.0, "recorded": {"fastest_to_target": 30, "data_source": "x"}},
+            "06_communication": {"wall_s": 350.0, "recorded": {"onebit_byte_cut": 32.0, "wall_time_s": 349.0}},
         },
     )
     binder = _bench(
@@ -46,7 +47,8 @@ def test_one_column_per_tier_and_every_recorded_figure(tmp_path):
     assert "| Q2: examples/s, most workers / fewest | 1.31 | 0.97 |" in text
     assert "| Q2: cores kept busy, most workers | 1.9 | – |" in text  # not recorded on that tier
     assert "| Q2: batch fastest to the target | 30 | – |" in text
-    assert "[lab_utils] 4 workers do not fit" in text and "data_source" not in text
+    assert "[lab_utils] 4 workers do not fit" in text and "data_source" not in text and "wall_time_s" not in text
+    assert "| Q1: onebit cuts the bytes by (x) | 32 | – |" in text
 
 
 def test_a_file_that_is_not_a_bench_output_is_refused(tmp_path, capsys):
