@@ -183,9 +183,9 @@ class DeviceRun:
         return html.escape(repr(self))
 
 
-def _launch(method: str, devices: int, args: dict, run_dir: Path, watching: dict, timeout, progress, label):
-    """``watching``: the keyword arguments of :func:`lab_utils.metrics.watch` (interval, sample, live)."""
-    cluster = TFCluster(
+def _task(args: dict, name: str, run_dir: Path, timeout, progress, memory: int = TASK_MEMORY_BYTES) -> TFCluster:
+    """The one-process job that runs ``python -m lab_utils.training.towers`` with ``args``."""
+    return TFCluster(
         ps=0,
         workers=1,
         script="-m lab_utils.training.towers",
@@ -193,9 +193,22 @@ def _launch(method: str, devices: int, args: dict, run_dir: Path, watching: dict
         timeout=timeout,
         progress=progress,
         run_dir=run_dir,
-        name=f"{method}{devices}",
-        memory_per_task=TASK_MEMORY_BYTES,
+        name=name,
+        memory_per_task=memory,
     )
+
+
+def _student_file(student: str | os.PathLike) -> str:
+    """The student's script, resolved; a clear error when its cell has not been run."""
+    path = Path(student)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run the notebook's `%%writefile {path.name}` cell first")
+    return str(path.resolve())
+
+
+def _launch(method: str, devices: int, args: dict, run_dir: Path, watching: dict, timeout, progress, label):
+    """``watching``: the keyword arguments of :func:`lab_utils.metrics.watch` (interval, sample, live)."""
+    cluster = _task(args, f"{method}{devices}", run_dir, timeout, progress)
     t0 = time.monotonic()
     with cluster:
         mon = watch(cluster, **watching)
@@ -245,10 +258,7 @@ def run_devices(
     check_args(args)
     timeout = run_timeout(args) if timeout is None else timeout
     if method != "single":
-        path = Path(student)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: run the notebook's `%%writefile {path.name}` cell first")
-        args["student"] = str(path.resolve())
+        args["student"] = _student_file(student)
     run_dir = allreduce_runs.new_run_dir(f"{method}{devices}")
     weights = str(run_dir / "weights.npz") if save_weights else None
     if weights:
@@ -279,22 +289,9 @@ def check_steps(
     Returns what is wrong, one sentence each (empty: both agree with one device)."""
     if not isinstance(devices, int) or isinstance(devices, bool) or devices < 2:
         raise ValueError(f"devices must be an int >= 2 (towers need two devices to differ from one), got {devices!r}")
-    path = Path(student)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run the notebook's `%%writefile {path.name}` cell first")
     args = {"check": True, "devices": devices, "batch_size": 4, "steps": 2, "learning_rate": 0.1}
-    args["student"] = str(path.resolve())
-    cluster = TFCluster(
-        ps=0,
-        workers=1,
-        script="-m lab_utils.training.towers",
-        args=args,
-        timeout=timeout,
-        progress=False,
-        run_dir=allreduce_runs.new_run_dir("check"),
-        name="check",
-        memory_per_task=TASK_MEMORY_BYTES // 2,
-    )
+    args["student"] = _student_file(student)
+    cluster = _task(args, "check", allreduce_runs.new_run_dir("check"), timeout, False, TASK_MEMORY_BYTES // 2)
     with cluster:
         cluster.wait()
     result = next(iter(cluster.results().values()), None)
