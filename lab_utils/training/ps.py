@@ -149,6 +149,7 @@ With backup workers (R < N) expect ``min == R <= max <= N``.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -365,6 +366,40 @@ def phase(name: str, what: str, why: str | None = None, **fields: Any) -> None:
 
     report.event("phase", phase=name, what=what, why=why, **fields)
     print(f"{report.task_name()}: {what}" + (f" ({why})" if why else ""), flush=True)
+
+
+def _one_line_for_cancelled_queue_runners() -> None:
+    """In this process, a queue-runner thread cancelled by its session's close says so in
+    one line instead of a traceback.
+
+    After an error in the training loop (a step past its deadline), ``MonitoredSession``
+    closes the session while the chief's queue runner is still blocked waiting for
+    gradients. Its step is cancelled, and because the coordinator has already joined, the
+    thread re-raises ``CancelledError``: a second traceback, written line by line into
+    the same log while the main thread writes the error that matters. The two interleave,
+    and the log's last exception line could be the consequence instead of the cause.
+    Here the consequence is one line, written at once, that names the thread; every other
+    thread exception goes to the previous hook."""
+    import threading
+
+    previous = threading.excepthook
+    if getattr(previous, "_labs_queue_runners", False):
+        return  # installed already
+
+    def hook(args) -> None:
+        thread = getattr(args.thread, "name", "") or ""
+        error = type(args.exc_value)
+        cancelled = error.__name__ == "CancelledError" and error.__module__.startswith("tensorflow")
+        if cancelled and thread.startswith("QueueRunnerThread"):
+            sys.stderr.write(
+                f"{thread} stopped: its step was cancelled when the session closed ({str(args.exc_value).strip()})\n"
+            )
+            sys.stderr.flush()
+            return
+        previous(args)
+
+    hook._labs_queue_runners = True
+    threading.excepthook = hook
 
 
 def serve(task) -> None:
@@ -609,6 +644,7 @@ def train_worker(
     from lab_utils.models import import_tensorflow
 
     _check_rule(settings, may_start)
+    _one_line_for_cancelled_queue_runners()
     if settings.tf_defaults:
         from lab_utils.training.ps_defaults import train_worker_tf_defaults
 

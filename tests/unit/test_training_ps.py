@@ -198,3 +198,43 @@ def test_a_worker_starts_once_every_token_is_taken_and_fails_by_name_when_one_ne
     assert sess.reads == 4  # three reads with a token waiting, then the empty queue
     with pytest.raises(RuntimeError, match="worker:0: another worker did not take its token for 0.05 s"):
         pst._wait_for_tokens_taken(_Queue(left=None), "size", task, timeout=0.05)
+
+
+def _raise_in_thread(name: str, error: BaseException) -> None:
+    import threading
+
+    def fail():
+        raise error
+
+    thread = threading.Thread(target=fail, name=name)
+    thread.start()
+    thread.join()
+
+
+def test_a_queue_runner_cancelled_by_the_session_close_says_so_in_one_line(monkeypatch, capsys):
+    """After a step past its deadline, closing the session cancels the chief's queue runner;
+    its traceback used to interleave with the main thread's error in the log (and its
+    CancelledError could end up as the log's last exception line)."""
+    import threading
+
+    seen = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.thread.name))
+    # TensorFlow's class, by name and module, without importing TensorFlow
+    cancelled = type("CancelledError", (Exception,), {"__module__": "tensorflow.python.framework.errors_impl"})
+    pst._one_line_for_cancelled_queue_runners()
+    pst._one_line_for_cancelled_queue_runners()  # once per process: not chained twice
+
+    _raise_in_thread("QueueRunnerThread-sync_token_q-sync_token_q_EnqueueMany", cancelled("Step was cancelled"))
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "QueueRunnerThread-sync_token_q-sync_token_q_EnqueueMany stopped: its step was cancelled when "
+        "the session closed (Step was cancelled)"
+    ]
+    assert seen == []
+
+    # anything else still reaches the previous hook: another error, another thread, another CancelledError
+    _raise_in_thread("QueueRunnerThread-q", ValueError("bad"))
+    _raise_in_thread("Thread-7", cancelled("x"))
+    _raise_in_thread("QueueRunnerThread-q", type("CancelledError", (Exception,), {})("not TensorFlow's"))
+    assert seen == ["QueueRunnerThread-q", "Thread-7", "QueueRunnerThread-q"]
+    assert capsys.readouterr().err == ""
