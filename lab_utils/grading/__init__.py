@@ -8,6 +8,8 @@ The package, one job per module:
 
 - ``cells``: ``is_grading``, ``credit``, ``ratio_credit`` (what test cells call);
 - ``throughput``: ``compare``, the hidden throughput tests' fair, unforgeable timing;
+- ``selfcheck``: ``self_check``, the students' visible estimate of that credit, against a
+  yardstick that is not a solution (``jobs``, ``published``);
 - ``settings``: ``grading/settings.yml`` (timeouts and limits per lab);
 - ``batch``, ``gate``, ``worker``, ``sandbox``, ``execute``, ``kernel``, ``accounting``,
   ``results``: autograding a class, each submission in a sandbox of its own, pipelined

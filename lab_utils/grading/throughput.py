@@ -26,6 +26,7 @@ import json
 import os
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from lab_utils.grading.accounting import flag_line
 from lab_utils.grading.cells import ratio_credit
@@ -76,6 +77,41 @@ def _spread(times: list[float]) -> float:
     return (best[1] - best[0]) / best[0] if len(best) > 1 and best[0] > 0 else 0.0
 
 
+@dataclass
+class _Timed:
+    """Alternating runs of two jobs: times and results of each, their ratio (``other``'s best
+    time over ``student``'s), its noise, and the bands of the ratio at both ends of the noise."""
+
+    student: list = field(default_factory=list)
+    other: list = field(default_factory=list)
+    student_results: list = field(default_factory=list)
+    other_results: list = field(default_factory=list)
+    ratio: float = float("nan")
+    noise: float = 0.0
+    low: int = 0  # the band with the noise in the student's favour (0 = best)
+    high: int = 0
+
+
+def _alternate(student, other, *, bands, scale=1.0, slack=0.0, warmup, rounds, max_rounds, noise) -> _Timed:
+    """Run ``student`` and ``other`` alternately (ABAB...) after ``warmup`` untimed pairs, until
+    ``rounds`` pairs are done and ``scale`` x the ratio cannot straddle a band edge by the noise
+    (plus ``slack``), or ``max_rounds`` pairs are."""
+    out = _Timed()
+    for _ in range(int(warmup)):
+        student(), other()
+    while True:
+        for times, results, job in ((out.student, out.student_results, student), (out.other, out.other_results, other)):
+            t, r = _timed(job)
+            times.append(t)
+            results.append(r)
+        out.ratio = min(out.other) / min(out.student) if min(out.student) > 0 else float("inf")
+        out.noise = max(_spread(out.student), _spread(out.other), 0.02) if len(out.student) > 1 else noise
+        wide = (1 + out.noise) * (1 + slack)
+        out.low, out.high = band_of(scale * out.ratio * wide, bands), band_of(scale * out.ratio / wide, bands)
+        if len(out.student) >= rounds and (out.low == out.high or len(out.student) >= max_rounds):
+            return out
+
+
 def compare(
     student,
     reference,
@@ -104,37 +140,18 @@ def compare(
     rounds = int(rounds or cfg["rounds"])
     max_rounds = max(rounds, int(max_rounds or cfg["max_rounds"]))
     noise = float(noise if noise is not None else cfg["noise"])
-    stu, ref, stu_results, ref_results = [], [], [], []
     with _timing_lock():
-        for _ in range(int(warmup)):
-            student(), reference()
-        while True:
-            t, r = _timed(student)
-            stu.append(t)
-            stu_results.append(r)
-            t, r = _timed(reference)
-            ref.append(t)
-            ref_results.append(r)
-            ratio = min(ref) / min(stu) if min(stu) > 0 else float("inf")
-            n = max(_spread(stu), _spread(ref), 0.02) if len(stu) > 1 else noise
-            low, high = band_of(ratio * (1 + n), bands), band_of(ratio / (1 + n), bands)
-            if len(stu) >= rounds and (low == high or len(stu) >= max_rounds):
-                break
-    done = valid is None or all(valid(r) for r in stu_results)
+        m = _alternate(
+            student, reference, bands=bands, warmup=warmup, rounds=rounds, max_rounds=max_rounds, noise=noise
+        )
+    stu, ref, ratio, n = m.student, m.other, m.ratio, m.noise
+    done = valid is None or all(valid(r) for r in m.student_results)
     show = (lambda t: f"{work / t:,.0f} {unit}") if work else (lambda t: f"{t:.2f} s")
     print(
         f"{unit if work else 'job time'} (wall clock, same job, best of {len(stu)} alternating runs): "
         f"yours {show(min(stu))}, reference {show(min(ref))}, ratio {ratio:.2f}"
     )
-    claims = None
-    if reported is not None:
-        mine = [float(reported(r)) * t for r, t in zip(stu_results, stu, strict=True)]
-        theirs = [float(reported(r)) * t for r, t in zip(ref_results, ref, strict=True)]
-        claims = sorted(mine)[len(mine) // 2] / sorted(theirs)[len(theirs) // 2]
-        print(
-            f"as the runs report it: yours {float(reported(stu_results[0])):,.0f}, "
-            f"reference {float(reported(ref_results[0])):,.0f} {unit}"
-        )
+    claims = _claims(reported, m, unit) if reported is not None else None
     print(
         "[grading-timing] "
         + json.dumps(
@@ -143,7 +160,7 @@ def compare(
                 "reference_s": ref,
                 "ratio": ratio,
                 "noise": n,
-                "band": low,  # 0 = best; the higher of the two when the noise straddles an edge
+                "band": m.low,  # 0 = best; the higher of the two when the noise straddles an edge
                 "claimed_work_ratio": claims,
             }
         )
@@ -160,7 +177,7 @@ def compare(
             )
         )
         return ratio_credit(0.0, points, bands)
-    if low != high:
+    if m.low != m.high:
         print(
             flag_line(
                 "inconclusive timing",
@@ -171,3 +188,14 @@ def compare(
         print("inconclusive — regraded: the measurement was too noisy to call, so the higher band was given")
         return ratio_credit(ratio * (1 + n), points, bands)
     return ratio_credit(ratio, points, bands)
+
+
+def _claims(reported, m: _Timed, unit: str) -> float:
+    """The work per wall-clock second the student's runs claim, over the reference's (medians)."""
+    mine = [float(reported(r)) * t for r, t in zip(m.student_results, m.student, strict=True)]
+    theirs = [float(reported(r)) * t for r, t in zip(m.other_results, m.other, strict=True)]
+    print(
+        f"as the runs report it: yours {float(reported(m.student_results[0])):,.0f}, "
+        f"reference {float(reported(m.other_results[0])):,.0f} {unit}"
+    )
+    return sorted(mine)[len(mine) // 2] / sorted(theirs)[len(theirs) // 2]

@@ -6,6 +6,10 @@ lesson's runs fall back to loopback, where the network costs nothing. The experi
 shows one of these next to the student's own figures, labelled as what it is: a run on
 emulated links made with ``bench/`` on the course's machine, never the student's loopback
 passed off as a network. Each file says what made it (``made_with``) and where (``machine``).
+
+``yardsticks.json`` is of another kind: how long each lab's reference takes against its
+throughput yardstick, per machine (``bench/bench_yardsticks.py``), for the self-check
+students run before submitting (:mod:`lab_utils.grading.selfcheck`).
 """
 
 from __future__ import annotations

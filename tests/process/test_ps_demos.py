@@ -65,7 +65,7 @@ def test_tensorflow_defaults_hang_at_shutdown_and_the_course_settings_end():
 
 def test_a_killed_worker_async_carries_on_sync_fails_with_the_step_deadline():
     before = {p.pid for p in _children()}
-    at_step, steps = 100, 1000
+    at_step, steps = 100, 400
     demo = ps_demos.worker_failure_demo(
         reference_script("03_ps_sync", "train_sync.py"),
         async_script=reference_script("02_ps_async", "train_async.py"),

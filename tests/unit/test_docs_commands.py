@@ -20,6 +20,9 @@ RUN_BY = {
     ),
     r"bash scripts/build-horovod\.sh ": "tests/process/test_binder.py::test_postbuild_installs_lab_utils_and_horovod",
     r"make student-repo\b": "tests/unit/test_student_repo.py::test_make_student_repo_writes_the_folder_it_is_given",
+    r"(taskset -c 0 )?python bench/bench_yardsticks\.py ": (
+        "tests/unit/test_selfcheck.py::test_the_bench_measures_a_lab_and_publishes_only_complete_measurements"
+    ),
     r"python -m lab_utils\.hub (collect|return)\b": (
         "tests/process/test_hub.py::test_students_hand_in_from_their_kernels_and_see_only_their_own_feedback"
     ),

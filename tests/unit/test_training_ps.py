@@ -238,3 +238,19 @@ def test_a_queue_runner_cancelled_by_the_session_close_says_so_in_one_line(monke
     _raise_in_thread("QueueRunnerThread-q", type("CancelledError", (Exception,), {})("not TensorFlow's"))
     assert seen == ["QueueRunnerThread-q", "Thread-7", "QueueRunnerThread-q"]
     assert capsys.readouterr().err == ""
+
+
+def test_the_yardstick_rejects_bad_input_before_tensorflow():
+    """Labs 2-3's throughput yardstick takes the students' scripts' command line, and refuses it the same way."""
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['ps_yardstick', '--batch-size', '0']\n"
+        "try:\n"
+        "    runpy.run_module('lab_utils.training.ps_yardstick', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code, 'tensorflow' in sys.modules)\n"
+    )
+    env = dict(os.environ, **tf_config(2, "worker", 0))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.strip() == "exit 2 False", (out.stdout, out.stderr)
+    assert "batch_size must be >= 1" in out.stderr
