@@ -175,11 +175,12 @@ def describe(check: SelfCheck, info: dict) -> str:
     """What a self-check found, in words."""
     bands = sorted(((float(lo), float(fr)) for lo, fr in info["bands"]), reverse=True)
     edges = ", ".join(f"{fr:.0%} of the points from {lo:g}x" for lo, fr in bands)
-    machines = ", ".join(f"{k} {float(v):.2f}" for k, v in info["ratios"].items())
+    machines = "; ".join(f"{k} {float(v):.2f}" for k, v in info["ratios"].items())
     lines = [
         "Throughput self-check (an estimate: the grader times your job against the reference itself)",
         f"  your job {min(check.student_s):.2f} s, the yardstick ({info['yardstick']}) "
-        f"{min(check.yardstick_s):.2f} s: best of {len(check.student_s)} alternating runs each",
+        f"{min(check.yardstick_s):.2f} s: "
+        + (f"best of {len(check.student_s)} alternating runs each" if len(check.student_s) > 1 else "one run each"),
         f"  the reference takes {check.scale:.2f}x the yardstick's time (measured: {machines})",
         f"  so your throughput is about {check.estimate:.2f}x the reference's (+/- {check.margin:.0%}); "
         f"the grader gives {edges}",
