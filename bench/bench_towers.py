@@ -2,7 +2,7 @@
 
     python bench/bench_towers.py [--width 0.5] [--batch-size 64] [--steps 20] [--rounds 3] [--gpu-steps 20]
 
-1. Examples/s of ``towers`` (the Lab 5 solution, ``tests/fixtures/towers_solution.py``)
+1. Examples/s of ``towers`` (the Lab 5 solution, extracted from the instructor notebook)
    over ``mirrored`` (MirroredStrategy), both on the same 2 devices (logical CPU devices
    without a GPU) with the same batch per device. Target: at least 0.8.
 2. ``single`` on 1 device against ``towers`` on 2 at the same batch per device:
@@ -30,16 +30,16 @@ import platform
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("LABS_OFFLINE", "1")  # benchmarks never download
 
-from lab_utils.models import tensorflow_version  # noqa: E402 (after LABS_OFFLINE)
+from lab_utils.grading import reference_script  # noqa: E402 (after LABS_OFFLINE)
+from lab_utils.models import tensorflow_version  # noqa: E402
 from lab_utils.resources import usable_cores  # noqa: E402
 from lab_utils.training import devices as lab_devices  # noqa: E402
 from lab_utils.training.towers_runs import run_devices  # noqa: E402
 
-STUDENT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "towers_solution.py"
+STUDENT = reference_script("05_alexnet", "towers.py")
 DEVICES = 2
 TARGET_TOWERS_OVER_MIRRORED = 0.8
 GPU_BATCH = 256

@@ -110,7 +110,17 @@ def _gpu_count() -> int:
         pynvml.nvmlShutdown()
 
 
+#: the mark every test of a folder carries, given here once instead of in each file
+FOLDER_MARKS = {"process": pytest.mark.process, "notebooks": pytest.mark.notebook}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not process"` deselects by these marks
 def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).resolve().parent
+    for item in items:
+        folder = Path(item.path).resolve().relative_to(here).parts[0] if Path(item.path).is_relative_to(here) else ""
+        if folder in FOLDER_MARKS:
+            item.add_marker(FOLDER_MARKS[folder])
     no_gpu = _gpu_count() == 0
     no_hvd = importlib.util.find_spec("horovod") is None
     for item in items:

@@ -18,21 +18,18 @@ import json
 import os
 import re
 import shutil
-import sys
 import urllib.request
 from pathlib import Path
 
 import nbformat
 import psutil
 import pytest
+from support import crafted, make_lab
+from support.poll import poll_for
 
 from lab_utils.grading import course
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import crafted  # noqa: E402
-import make_lab  # noqa: E402
-
-pytestmark = [pytest.mark.notebook, pytest.mark.browser]
+pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "out" / "browser"
@@ -121,7 +118,7 @@ def jupyterlab(notebooks, tmp_path_factory):
         make_lab.stop(proc)  # Ctrl-C, as a student stops it
     text = log.read_text(errors="replace")
     assert "Traceback" not in text, text[-3000:]
-    make_lab.wait_for(lambda: not _stray(folder), 30, f"every kernel, task and server to exit: {_stray(folder)}")
+    poll_for(lambda: not _stray(folder), 30, f"every kernel, task and server to exit: {_stray(folder)}")
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +163,7 @@ def _open(browser, jupyterlab, path: Path, folder: Path):
         f"{base}/lab/tree/{path.relative_to(folder).as_posix()}?token={token}&reset"
     )  # a fresh workspace: only this document open
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    make_lab.wait_for(lambda: _kernel_idle(page), 120, "the kernel to start")
+    poll_for(lambda: _kernel_idle(page), 120, "the kernel to start")
     return page
 
 
@@ -189,7 +186,7 @@ def _run_all(page, tries: int = 3) -> None:
         page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
         page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click()
         try:  # a queued or running cell shows [*], a finished one [n]: not the unrun [ ]
-            make_lab.wait_for(lambda: any(p != "[ ]:" for p in _prompts(page)), 15, "a cell to start")
+            poll_for(lambda: any(p != "[ ]:" for p in _prompts(page)), 15, "a cell to start")
             return
         except AssertionError:
             page.keyboard.press("Escape")  # close the menu if it is still open
@@ -226,7 +223,7 @@ def _run_notebook(browser, jupyterlab, notebooks, key: str, timeout: float, duri
     _run_all(page)
     if during is not None:
         during(page)
-    make_lab.wait_for(lambda: _finished(page), timeout, f"every cell of {paths[key].name} to run")
+    poll_for(lambda: _finished(page), timeout, f"every cell of {paths[key].name} to run")
     page.screenshot(path=str(ARTIFACTS / f"{key}.png"), full_page=True)
     return page, paths[key]
 
@@ -262,7 +259,7 @@ def test_lab2_shows_its_metrics_live_while_the_cluster_trains(browser, jupyterla
         live.wait_for(timeout=240_000)
         first = live.get_attribute("src")
         live.screenshot(path=str(ARTIFACTS / "lab2-live-1.png"))
-        make_lab.wait_for(lambda: live.get_attribute("src") != first, 120, "the live metrics view to redraw")
+        poll_for(lambda: live.get_attribute("src") != first, 120, "the live metrics view to redraw")
         live.screenshot(path=str(ARTIFACTS / "lab2-live-2.png"))
         frames.extend([first, live.get_attribute("src")])
 
@@ -277,14 +274,14 @@ def test_the_interrupt_button_stops_a_training_cluster(browser, jupyterlab, note
     folder, paths = notebooks
     page = _open(browser, jupyterlab, paths["interrupt"], folder)
     _run_all(page)
-    kernel = make_lab.wait_for(lambda: _training_kernel(), 120, "the cluster's tasks to start")
+    kernel = poll_for(lambda: _training_kernel(), 120, "the cluster's tasks to start")
     label = page.locator(".widget-html-content", has_text="metrics running")  # the live view's own line
-    make_lab.wait_for(lambda: _samples(label) >= 6, 120, "the live view to show the cluster training")
+    poll_for(lambda: _samples(label) >= 6, 120, "the live view to show the cluster training")
     page.locator('.jp-NotebookPanel-toolbar [data-jp-item-name="interrupt"]').first.click()  # the square button
-    make_lab.wait_for(lambda: _finished(page), 60, "the interrupted cell to end")
+    poll_for(lambda: _finished(page), 60, "the interrupted cell to end")
     page.screenshot(path=str(ARTIFACTS / "interrupt.png"), full_page=True)
     assert "KeyboardInterrupt" in page.inner_text(".jp-OutputArea")
-    make_lab.wait_for(lambda: not [c for c in _descendants(kernel) if "train_async.py" in c], 30, "the cluster to stop")
+    poll_for(lambda: not [c for c in _descendants(kernel) if "train_async.py" in c], 30, "the cluster to stop")
     assert not [s for s in _stray(folder) if "train_async.py" in s]  # no orphan either
     page.close()
 

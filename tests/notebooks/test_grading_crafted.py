@@ -21,18 +21,16 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
+from support import crafted
 
 from lab_utils import grading
 from lab_utils.grading import batch, scripts
 from lab_utils.grading.sandbox import MARKER, leftover_cgroups
 from lab_utils.grading.tracebacks import QUOTE_NOTICE
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import crafted  # noqa: E402
-
 # The first test pays for the module's `graded` fixture: one lab's class graded (211 s on a day
 # when an `import tensorflow` took 6.2 CPU seconds). 900 s is a hang guard over 4x that.
-pytestmark = [pytest.mark.notebook, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = "01_single_node"

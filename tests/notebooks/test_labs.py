@@ -18,21 +18,18 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
+from support import crafted, unprivileged
 
 from lab_utils import grading
 from lab_utils.grading.execute import CapOutputBytes
 from lab_utils.grading.sandbox import MARKER
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import crafted  # noqa: E402
-import unprivileged  # noqa: E402
 
 # Every test here may be the one that pays for its lab's module fixtures: the papermill run
 # and the course's grading, at once (Lab 4, the slowest: about 2.5 minutes on a normal day's
 # 2 cores, 415 s on a day when an `import tensorflow` took 6.2 CPU seconds). 1800 s is a hang
 # guard, over 4x that slow day, so that a CPU quota of 0.8 cores on it still passes; it is not
 # a speed limit.
-pytestmark = [pytest.mark.notebook, pytest.mark.timeout(1800)]
+pytestmark = pytest.mark.timeout(1800)
 
 REPO = Path(__file__).resolve().parents[2]
 #: What each lab's CI run must show (its time is measured by bench/bench_labs.py, never
@@ -126,7 +123,7 @@ def lab(request):
 
 @pytest.fixture(scope="module")
 def student():
-    """A real unprivileged user to run AS_STUDENT's labs (tests/fixtures/unprivileged.py),
+    """A real unprivileged user to run AS_STUDENT's labs (tests/support/unprivileged.py),
     or why there is none: one line (this process is already unprivileged, or the machine
     has no such user)."""
     made = unprivileged.make()

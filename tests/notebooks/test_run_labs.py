@@ -12,8 +12,6 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from lab_utils import run_labs
 
-pytestmark = pytest.mark.notebook
-
 
 def _lab(source_dir: Path, name: str, cells: list[str]) -> None:
     nb = new_notebook(

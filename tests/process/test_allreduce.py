@@ -14,14 +14,7 @@ from lab_utils.cluster import ClusterError
 from lab_utils.grading import reference_script
 from lab_utils.training import allreduce, allreduce_runs, ps_runs
 
-pytestmark = pytest.mark.process
-
 TOLERANCE = 1e-5  # relative to the largest weight (Lab 4, Part C)
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,6 @@ import sysconfig
 import venv
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.process
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

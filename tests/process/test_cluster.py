@@ -17,26 +17,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support.procs import alive as procs_alive
 
 from lab_utils.cluster import BIND_FAILED_EXIT, ClusterError, TFCluster, hosts, job, reap, userns
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-from procs import alive as procs_alive  # noqa: E402
-
-pytestmark = pytest.mark.process
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 FAKE = str(FIX / "cluster_task.py")
 TF = str(FIX / "cluster_tf_task.py")
 KERNEL = str(FIX / "cluster_kernel.py")
 SMALL = 50 * 1024**2  # memory_per_task for the stand-in
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    root = tmp_path / "runs"
-    monkeypatch.setenv("LABS_RUN_ROOT", str(root))
-    return root
 
 
 def tree(pid: int) -> list[psutil.Process]:

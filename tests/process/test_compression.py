@@ -17,15 +17,10 @@ from lab_utils.cluster import netem
 from lab_utils.grading import reference_script
 from lab_utils.training import compression, compression_runs
 
-pytestmark = [pytest.mark.process, pytest.mark.horovod]
+pytestmark = pytest.mark.horovod
 
 REFERENCE = reference_script("06_communication", "compressors.py")
 MLP = [784 * 1024, 1024, 1024 * 10, 10]  # the task's default MLP, its tensors' sizes
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
 
 
 def test_every_method_trains_and_both_ranks_end_with_the_same_weights():

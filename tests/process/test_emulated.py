@@ -22,8 +22,6 @@ import pytest
 
 from lab_utils.cluster import MPIJob, TFCluster, netem, reap
 
-pytestmark = pytest.mark.process
-
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 FAKE = str(FIX / "cluster_task.py")
 TF = str(FIX / "cluster_tf_task.py")
@@ -44,13 +42,6 @@ def _exists(net: netem.Network) -> bool:
 def own_links() -> list[str]:
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
     return sorted(line.split(":")[1].strip() for line in out.splitlines())
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    root = tmp_path / "runs"
-    monkeypatch.setenv("LABS_RUN_ROOT", str(root))
-    return root
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""A class on a real JupyterHub (tests/fixtures/hub.py): a real Hub and proxy, three students
+"""A class on a real JupyterHub (tests/support/hub.py): a real Hub and proxy, three students
 and an instructor who are real Unix users, each server started by LimitedSpawner as its user
 in a cgroup of the class's limits, and the hand-in service. Students hand in from their
 kernels; the instructor collects and returns feedback from theirs; no student can read,
@@ -11,18 +11,13 @@ import csv
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import crafted
+from support import hub as local_hub
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import crafted  # noqa: E402
-import hub as local_hub  # noqa: E402
-
-from lab_utils.grading.sandbox import own_cgroup_v1  # noqa: E402
-
-pytestmark = pytest.mark.process
+from lab_utils.grading.sandbox import own_cgroup_v1
 
 NB = {
     "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": "x = 1"}],

@@ -14,8 +14,6 @@ import pytest
 from lab_utils.cluster import netem
 from lab_utils.training import hybrid
 
-pytestmark = pytest.mark.process
-
 NO_EMULATION = netem.unavailable_reason()
 
 

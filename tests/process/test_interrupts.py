@@ -23,18 +23,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytestmark = pytest.mark.process
-
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 KERNEL = str(FIX / "cluster_kernel.py")
 HANG = json.dumps({"hang_task": "worker:1"})
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    root = tmp_path / "runs"
-    monkeypatch.setenv("LABS_RUN_ROOT", str(root))
-    return root
 
 
 def _ignore_sigint() -> None:  # what a non-interactive shell does to a background job

@@ -3,17 +3,11 @@
 import os
 import re
 import signal
-import sys
 import urllib.request
-from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import make_lab  # noqa: E402
+from support import make_lab
 
 
-@pytest.mark.process
 def test_make_lab_serves_and_stops_on_ctrl_c(tmp_path):
     log = tmp_path / "lab.log"
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), PORT="")

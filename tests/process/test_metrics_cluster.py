@@ -10,14 +10,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support.poll import poll_for
+from support.procs import alive as procs_alive
 
 from lab_utils import report
 from lab_utils.metrics import Monitor
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-from procs import alive as procs_alive  # noqa: E402
-
-pytestmark = pytest.mark.process
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 SEEDS_COLUMNS = ("Peak Mem", "Peak CPU", "Network R", "Network W", "Examples/s", "s/batch")
@@ -36,14 +33,6 @@ def no_leaks(tmp_path, monkeypatch):
             break
         time.sleep(0.05)
     assert not left, f"processes left running: {[(p.pid, p.cmdline()) for p in left]}"
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def check_roles_and_summary(mon: Monitor, tasks=("ps:0", "worker:0", "worker:1")):
@@ -104,7 +93,7 @@ def test_plain_subprocess_stand_in_idle_ps_busy_workers(tmp_path):
             workers.append(subprocess.Popen([sys.executable, "-c", BURN, "30"], env=env))
         tasks = {"ps:0": ps.pid, **{f"worker:{i}": w.pid for i, w in enumerate(workers)}}
         with Monitor(tasks, interval=0.2, events=tmp_path) as mon:
-            wait_for(
+            poll_for(
                 lambda: (
                     mon.sampler.samples >= 12
                     and all(report.read_events(tmp_path / f"worker-{i}.jsonl", "step") for i in range(2))
@@ -114,7 +103,7 @@ def test_plain_subprocess_stand_in_idle_ps_busy_workers(tmp_path):
             )
             workers[0].kill()  # a task that exits while being sampled
             workers[0].wait()
-            wait_for(lambda: "worker:0" in mon.sampler.exited, 10, "worker:0 seen as exited")
+            poll_for(lambda: "worker:0" in mon.sampler.exited, 10, "worker:0 seen as exited")
     finally:
         for p in [ps, *workers]:
             if p.poll() is None:

@@ -16,13 +16,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support.procs import alive as procs_alive
 
 from lab_utils.cluster import ClusterError, MPIJob
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-from procs import alive as procs_alive  # noqa: E402
-
-pytestmark = pytest.mark.process
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 KERNEL = str(FIX / "cluster_kernel.py")
@@ -37,11 +33,6 @@ JOBS = [
         "horovodrun", "mpi", "cluster_hvd_task.py", marks=[pytest.mark.horovod, needs_mpi], id="horovodrun-mpi"
     ),
 ]
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
 
 
 def check_results(results: dict, np: int = 2) -> None:

@@ -5,7 +5,7 @@ nothing behind. (tests/process/test_mpi_jobs.py does the same for bare MPIJobs.)
 
 Two ways to drop root, each its own test so a skip says which one this machine lacks:
 the real user ``nobody`` (``setpriv``), through an interpreter it can reach that sees
-this environment (tests/fixtures/unprivileged.py; nothing chmod'ed for the test); and an
+this environment (tests/support/unprivileged.py; nothing chmod'ed for the test); and an
 unprivileged user namespace, where the job sees uid 65534 but keeps the files."""
 
 from __future__ import annotations
@@ -23,11 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import unprivileged  # noqa: E402
-
-pytestmark = pytest.mark.process
+from support import unprivileged
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
@@ -145,7 +141,7 @@ def _run_jobs(
 
 def test_mpi_jobs_as_nobody(home):
     """As the real user nobody, through an interpreter it can reach (the environment is
-    not chmod'ed: tests/fixtures/unprivileged.py)."""
+    not chmod'ed: tests/support/unprivileged.py)."""
     made = unprivileged.make(USER)
     if isinstance(made, str):
         pytest.skip(made)

@@ -12,7 +12,6 @@ from lab_utils.cluster import netem
 from lab_utils.training import netexp
 
 pytestmark = [
-    pytest.mark.process,
     pytest.mark.skipif(
         netem.unavailable_reason() is not None, reason=f"no emulated hosts here: {netem.unavailable_reason()}"
     ),

@@ -22,7 +22,6 @@ import pytest
 from lab_utils.cluster import ClusterError, MPIJob, TFCluster, hosts, reap, userns
 
 pytestmark = [
-    pytest.mark.process,
     pytest.mark.skipif(userns.private_how()[0] is None, reason=f"no private network here: {userns.private_how()[1]}"),
 ]
 
@@ -31,13 +30,6 @@ FAKE = str(FIX / "cluster_task.py")
 KERNEL = str(FIX / "cluster_kernel.py")
 SMALL = 50 * 1024**2
 OURS = os.readlink("/proc/self/ns/net")
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    root = tmp_path / "runs"
-    monkeypatch.setenv("LABS_RUN_ROOT", str(root))
-    return root
 
 
 def _listening() -> set[int]:

@@ -8,26 +8,13 @@ leaves a process behind; each test also checks it right after the demo returns.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import psutil
-import pytest
+from support.procs import alive
 
 from lab_utils.grading import reference_script
 from lab_utils.training import ps_demos
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-from procs import alive  # noqa: E402
-
-pytestmark = pytest.mark.process
-
 STEPS = 100
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
 
 
 def _children() -> list[psutil.Process]:

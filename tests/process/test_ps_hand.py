@@ -19,13 +19,6 @@ from lab_utils.grading import reference_script
 from lab_utils.grading.course import GRADING_ROOT
 from lab_utils.training import ps_runs
 
-pytestmark = pytest.mark.process
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
-
 
 @pytest.fixture(scope="module")
 def solution() -> Path:

@@ -9,15 +9,8 @@ import pytest
 from lab_utils.grading import reference_script
 from lab_utils.training import ps_runs
 
-pytestmark = pytest.mark.process
-
 ASYNC = ("02_ps_async", "train_async.py")
 SYNC = ("03_ps_sync", "train_sync.py")
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
 
 
 def test_inspect_graph_describes_placement_and_the_sync_hook():

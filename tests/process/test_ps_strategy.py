@@ -16,15 +16,8 @@ from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ClusterE
 from lab_utils.data import load_mnist, target_accuracy
 from lab_utils.training import ps_runs, ps_strategy_runs
 
-pytestmark = pytest.mark.process
-
 FAKE = str(Path(__file__).resolve().parents[1] / "fixtures" / "cluster_task.py")
 SMALL = 50 * 1024**2  # memory_per_task for the stand-in
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
 
 
 # ----------------------------------------------------------------------------- the chief role, stand-in tasks

@@ -23,14 +23,7 @@ from lab_utils.data import load_mnist
 from lab_utils.grading import reference_script
 from lab_utils.training import ps_runs
 
-pytestmark = pytest.mark.process
-
 RUN_BOUND = 120.0  # seconds: a run that takes longer than this counts as hung
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
 
 
 @pytest.fixture(scope="module")

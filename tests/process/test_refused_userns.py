@@ -17,8 +17,6 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.process
-
 CODE = textwrap.dedent(
     """
     import json

@@ -39,7 +39,7 @@ _missing = (
     ),
     None,
 )
-pytestmark = [pytest.mark.process, pytest.mark.skipif(_missing is not None, reason=f"no ssh hosts here: {_missing}")]
+pytestmark = pytest.mark.skipif(_missing is not None, reason=f"no ssh hosts here: {_missing}")
 
 
 def keygen(path: Path) -> Path:

@@ -17,16 +17,9 @@ from lab_utils.cluster import ClusterError, TFCluster
 from lab_utils.grading import reference_script
 from lab_utils.training import ssp_runs
 
-pytestmark = pytest.mark.process
-
 SCRIPT = reference_script("06_communication", "train_ssp.py")  # the instructor notebook's
 RUN_BOUND = 120.0  # seconds: a run that takes longer than this counts as hung
 ARGS = {"steps": 80, "batch_size": 50, "eval_every": 20, "straggler": "worker:1=50ms"}
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
 
 
 def run(args: dict, workers: int = 2):

@@ -14,8 +14,6 @@ import pytest
 
 from lab_utils.cluster.tensorboard import TensorBoard, tensorboard
 
-pytestmark = pytest.mark.process
-
 
 def _servers_for(logdir) -> list[psutil.Process]:
     found = []

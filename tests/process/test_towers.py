@@ -13,11 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from lab_utils.grading import reference_script
 from lab_utils.training import allreduce, towers_runs
 
-pytestmark = pytest.mark.process
-
-SOLUTION = Path(__file__).resolve().parents[1] / "fixtures" / "towers_solution.py"
+SOLUTION = reference_script("05_alexnet", "towers.py")  # the notebook's solution, extracted
 BATCH = 32  # per device: one device trains on 2 x BATCH
 EQUAL = {"width": 0.25, "dropout": 0.0, "steps": 8, "seed": 0, "learning_rate": 0.01}
 # Relative to the largest weight. Float32 sums in another order differ by ~1e-7 after a step, but
@@ -30,12 +29,6 @@ TOLERANCE = 1e-3
 
 def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
-    return tmp_path / "runs"
 
 
 @pytest.fixture(scope="module")

@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from lab_utils.grading import reference_script
 from lab_utils.training import allreduce, towers_runs
 from lab_utils.training import devices as lab_devices
 
 GPUS = lab_devices.nvidia_gpus()
 
 pytestmark = [
-    pytest.mark.process,
     pytest.mark.gpu,
     pytest.mark.skipif(not GPUS, reason="no GPU: nvidia-smi is not installed or lists none"),
 ]
 
-SOLUTION = Path(__file__).resolve().parents[1] / "fixtures" / "towers_solution.py"
+SOLUTION = reference_script("05_alexnet", "towers.py")  # the notebook's solution, extracted
 # float32 without TF32: what is left is the order of the sums, amplified where a ReLU's input is
 # within rounding of zero (on CPUs, 3 steps: below 2.2e-4; a wrong average: over 2e-2).
 TOLERANCE = 1e-3
@@ -41,12 +40,6 @@ def tf_gpus() -> int:
             f"nvidia-smi lists {len(GPUS)} GPU(s) but TensorFlow sees none (tensorflow-cpu, or no CUDA libraries?)"
         )
     return n
-
-
-@pytest.fixture(autouse=True)
-def run_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
-    return tmp_path / "runs"
 
 
 def test_towers_and_mirrored_on_two_gpus_end_with_the_same_weights(tf_gpus, monkeypatch):

@@ -1,5 +1,5 @@
 """Emulated hosts as the students run them: a real unprivileged user (root's CI drops to
-``nobody``; tests/fixtures/unprivileged.py), no capability, no sudo.
+``nobody``; tests/support/unprivileged.py), no capability, no sudo.
 
 That user builds emulated hosts and each cluster's private network in a user namespace of
 the job's own (``netem.how() == "userns"``), and the tests of tests/process/test_emulated.py
@@ -10,19 +10,14 @@ that user, none skipped, leaving nothing of that user's running."""
 
 from __future__ import annotations
 
-import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import psutil
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import unprivileged  # noqa: E402
-from procs import alive as procs_alive  # noqa: E402
-
-pytestmark = pytest.mark.process
+from support import unprivileged
+from support.procs import alive as procs_alive
 
 REPO = Path(__file__).resolve().parents[2]
 # (Lab 4 Part D's figures as a student are bench_network's, run as nobody: see the README)

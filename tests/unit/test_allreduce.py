@@ -45,15 +45,6 @@ def test_check_args_turns_argparse_errors_into_value_errors(argv, match):
         allreduce.check_args(argv)
 
 
-def test_importing_the_lab4_modules_does_not_import_tensorflow():
-    code = (
-        "import sys, lab_utils.training.allreduce, lab_utils.training.allreduce_runs, lab_utils.training.ring;"
-        "print('tensorflow' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
-
-
 # ----------------------------------------------------------------------------- data order
 
 

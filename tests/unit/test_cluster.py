@@ -27,13 +27,6 @@ def no_processes(refuse_processes):
     """Nothing in this file may start a process through the launcher."""
 
 
-def test_import_does_not_import_tensorflow(monkeypatch):
-    monkeypatch.setattr(subprocess, "Popen", REAL_POPEN)
-    code = "import sys, lab_utils.cluster, lab_utils._guard; print('tensorflow' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
-
-
 @pytest.mark.parametrize(
     "kwargs,match",
     [

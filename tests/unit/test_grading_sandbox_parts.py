@@ -11,12 +11,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from support import crafted
+from support.fakeclock import FakeClock
 
 from lab_utils import grading
 from lab_utils.grading import accounting, sandbox, settings, throughput
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import crafted  # noqa: E402
 
 
 # ------------------------------------------------------------------ settings
@@ -51,21 +50,6 @@ def test_bad_settings_are_refused_with_the_file_named(tmp_path, text, match):
 
 
 # ---------------------------------------------------------------- throughput
-class FakeClock:
-    """perf_counter stand-in: each job advances it by the seconds it is given."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def job(self, seconds, result=None):
-        def run():
-            self.now += seconds.pop(0) if isinstance(seconds, list) else seconds
-            return result
-
-        return run
 
 
 @pytest.fixture

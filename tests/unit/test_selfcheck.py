@@ -8,29 +8,13 @@ import json
 import re
 
 import pytest
+from support.fakeclock import FakeClock
 
 from lab_utils import reference_runs
 from lab_utils.grading import selfcheck, throughput
 from lab_utils.grading.course import GRADING_ROOT
 
 LABS = ["01_single_node", "02_ps_async", "03_ps_sync", "04_allreduce", "05_alexnet"]
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-        self.runs = 0
-
-    def __call__(self):
-        return self.now
-
-    def job(self, seconds, result=None):
-        def run():
-            self.runs += 1
-            self.now += seconds
-            return result
-
-        return run
 
 
 @pytest.fixture

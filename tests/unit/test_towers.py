@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from itertools import pairwise
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,9 +13,10 @@ import pandas as pd
 import pytest
 
 from lab_utils import models
+from lab_utils.grading import reference_script
 from lab_utils.training import allreduce, devices, towers, towers_runs
 
-SOLUTION = Path(__file__).resolve().parents[1] / "fixtures" / "towers_solution.py"
+SOLUTION = reference_script("05_alexnet", "towers.py")  # the notebook's solution, extracted
 
 
 def _cifar_params(width: float = 1.0, num_classes: int = 10) -> int:
@@ -336,24 +336,6 @@ def test_configure_rejects_bad_input_before_touching_tensorflow(kw, match):
 
 
 # ----------------------------------------------------------------------------- the solution's averaging
-
-
-def test_the_fixture_is_the_notebooks_solution():
-    """tests/fixtures/towers_solution.py is the notebook's ``%%writefile towers.py`` (markers
-    stripped, ruff-formatted): the same lines, blank lines and leading comments aside."""
-    from lab_utils.grading.course import GRADING_ROOT
-    from lab_utils.grading.scripts import writefile_scripts
-
-    notebook = Path(GRADING_ROOT) / "source" / "05_alexnet" / "05_alexnet.ipynb"
-    if not notebook.is_file():
-        pytest.skip("not the instructor's repository: no grading/source/05_alexnet")
-
-    def lines(text):
-        body = [line.rstrip() for line in text.splitlines() if line.strip()]
-        return [line for line in body if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line]
-
-    fixture = [line for line in lines(SOLUTION.read_text()) if not line.startswith("# ")]
-    assert fixture == lines(writefile_scripts(notebook)["towers.py"])
 
 
 @pytest.fixture(scope="module")
