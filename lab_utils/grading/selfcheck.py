@@ -65,11 +65,6 @@ class SelfCheck:
     points: float
     complete: bool = True  # every student run did the whole job
 
-    @property
-    def ratio(self) -> float:
-        """The yardstick's best time over the student's (what was measured here)."""
-        return min(self.yardstick_s) / min(self.student_s)
-
 
 def scale_of(ratios: dict) -> tuple[float, float]:
     """The published ratio (the median over machines) and its relative spread between
@@ -155,6 +150,10 @@ def self_check(
     margin = (1 + m.noise) * (1 + spread) - 1
     complete = valid is None or all(valid(r) for r in m.student_results)
     called = m.low == m.high
+    if not complete:
+        credit = 0.0  # as the grader: a run that did not do the whole job earns nothing
+    else:
+        credit = ratio_credit(estimate, points, bands) if called else None
     out = SelfCheck(
         lab,
         m.student,
@@ -163,7 +162,7 @@ def self_check(
         estimate,
         margin,
         band_of(estimate, bands) if called else None,
-        (ratio_credit(estimate, points, bands) if complete else 0.0) if called or not complete else None,
+        credit,
         points,
         complete,
     )
