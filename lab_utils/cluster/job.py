@@ -116,7 +116,7 @@ class Job:
         self.tasks: list[Task] = []
         self.notes: list[str] = []
         self.emulate: netem.EmulatedHosts | None = None  # set by subclasses that take hosts=
-        self.network: netem.Network | None = None
+        self.network: netem.BaseNetwork | None = None  # netem.Network, userns.UserNetwork or PrivateNetwork
         self.placement: list[int] = []  # task index -> emulated host index
         self.attempts = 0
         self.token = secrets.token_hex(8)  # LABS_JOB of every process this job starts

@@ -3,7 +3,9 @@ root, :class:`UserNetwork`) and a cluster's private network (:class:`PrivateNetw
 
 Both end with the process that holds them, which ends when the job's pipe to it closes: on
 ``destroy``, or when the kernel dies, even by SIGKILL. :mod:`lab_utils.cluster.netem` picks
-them (``netem.network``, ``private_network``) from what this process may do.
+them (``netem.network``, ``private_network``) from what this process may do; what they share
+with its named namespaces (the hosts' spec, names, shaping, :class:`BaseNetwork`) is
+:mod:`lab_utils.cluster.netbase`'s.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from lab_utils.cluster.netem import (
+from lab_utils.cluster.netbase import (
     _NAME,
     _TIMEOUT,
     CAP_NET_ADMIN,
     CAP_SYS_ADMIN,
+    BaseNetwork,
     EmulatedHosts,
-    Network,
     NetworkError,
     _port_counters,
     _run,
@@ -66,8 +68,9 @@ def private_how() -> tuple[str | None, str | None]:
     return None, userns_refusal(errors[-1])
 
 
-class UserNetwork(Network):
-    """The same network inside a user namespace this process owns (:func:`how` ``"userns"``):
+class UserNetwork(BaseNetwork):
+    """The same network inside a user namespace this process owns
+    (:func:`~lab_utils.cluster.netem.how` ``"userns"``):
     no root, no capability, nothing created outside it.
 
     One process holds it (:mod:`lab_utils.cluster.usernet`, started under ``unshare --user
@@ -163,7 +166,7 @@ class UserNetwork(Network):
         return _held(self.pids, self.hosts)
 
 
-class PrivateNetwork(Network):
+class PrivateNetwork(BaseNetwork):
     """A network of one's own for a cluster on local hosts: one network namespace with only
     loopback in it, where every task of the job runs and talks over ``localhost`` as before.
     Its servers (TensorFlow's gRPC, Gloo, Open MPI) listen on every interface *of that
@@ -237,7 +240,7 @@ class PrivateNetwork(Network):
         return []
 
 
-def _start_holder(net: Network, cmd: list[str]) -> str:
+def _start_holder(net: BaseNetwork, cmd: list[str]) -> str:
     """Start ``cmd`` as ``net``'s holder (its standard input the pipe that keeps it alive)
     and return its first line, read within :data:`_TIMEOUT` s."""
     import psutil
@@ -276,7 +279,7 @@ def _end_holder(holder: subprocess.Popen) -> None:
 
 
 def private_network() -> PrivateNetwork:
-    """An unbuilt :class:`PrivateNetwork`, the way this process may make one (:func:`how`);
+    """An unbuilt :class:`PrivateNetwork`, the way this process may make one (:func:`private_how`);
     :class:`NetworkError` with the reason where it may not."""
     kind, reason = private_how()
     if kind is None:

@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from lab_utils import data, standins
+from lab_utils import data, data_files, standins
 from lab_utils.__main__ import main as cli
 
 
@@ -63,7 +63,7 @@ def test_they_are_learnable_and_no_test_digit_is_a_training_one(folder):
     means = np.stack([x_train[y_train == c].reshape(-1, 784).mean(0) for c in range(10)])
     nearest = ((x_test[:2000].reshape(-1, 784)[:, None, :] - means[None]) ** 2).sum(-1).argmin(1)
     assert (nearest == y_test[:2000]).mean() > 0.6  # real digits: a class-mean classifier does this well
-    batches = data._cifar_from_dir(folder / data.CIFAR_DIRNAME)
+    batches = data_files.read_cifar_folder(folder / data.CIFAR_DIRNAME)
     (xa, ya), (xt, yt) = batches["data_batch_1"], batches["test_batch"]
     means = np.stack([xa[ya == c].astype(np.float32).mean(0) for c in range(10)])
     nearest = ((xt[:1000, None, :].astype(np.float32) - means[None]) ** 2).sum(-1).argmin(1)
