@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support import kernels
 from support.procs import alive as procs_alive
 
 from lab_utils.cluster import BIND_FAILED_EXIT, ClusterError, TFCluster, hosts, job, reap, userns
@@ -49,6 +50,21 @@ def kill_all(procs):
             p.kill()
         except psutil.NoSuchProcess:
             pass
+
+
+def assert_gone(procs: list[psutil.Process], within: float) -> None:
+    """None of ``procs`` still runs after ``within`` s; any that does is killed all the same,
+    so that one leak does not poison the rest of the session."""
+    try:
+        assert wait_gone(procs, within) == []
+    finally:
+        kill_all(procs)
+
+
+def stand_in(**kw) -> TFCluster:
+    """A cluster of stand-in tasks (``cluster_task.py``): 1 PS and 2 workers of small memory,
+    no progress line; ``kw`` adds to or overrides these."""
+    return TFCluster(**{"ps": 1, "workers": 2, "script": FAKE, "memory_per_task": SMALL, "progress": False, **kw})
 
 
 def start_kernel(*args: str, **kw) -> tuple[subprocess.Popen, dict]:
@@ -104,28 +120,13 @@ def test_kernel_sigkill_leaves_no_child():
     assert len(procs) >= 6  # 3 guards + 3 TensorFlow tasks
     kernel.kill()
     kernel.wait()
-    try:
-        assert wait_gone(procs, 10.0) == []
-    finally:
-        kill_all(procs)
+    assert_gone(procs, 10.0)
     state = json.loads(Path(info["run_dir"], "state.json").read_text())
     assert len(state["tasks"]) == 3
 
 
 def test_four_clusters_at_once_from_four_processes():
-    kernels = [
-        subprocess.Popen(
-            [sys.executable, KERNEL, "--script", "cluster_tf_task.py", "--wait", "--args", json.dumps({"steps": 3})],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(4)
-    ]
-    outs = []
-    for k in kernels:
-        out, _ = k.communicate(timeout=300)
-        assert k.returncode == 0, out
-        outs.append(json.loads(out.strip().splitlines()[-1]))
+    outs = kernels.run_at_once(4, "--script", "cluster_tf_task.py", "--args", json.dumps({"steps": 3}))
     ports = [p for o in outs for p in o["ports"].values()]
     assert len(set(ports)) == len(ports) == 12
     for o in outs:
@@ -194,14 +195,11 @@ def test_guard_kills_grandchildren_in_other_sessions_when_parent_dies(tmp_path):
     assert len(procs) == 3
     parent.kill()
     parent.wait()
-    try:
-        assert wait_gone(procs, 5.0) == []
-    finally:
-        kill_all(procs)
+    assert_gone(procs, 5.0)
 
 
 def test_interrupt_stops_cluster_and_reraises(monkeypatch):
-    c = TFCluster(ps=1, workers=2, script=FAKE, args={"hang_task": "worker:0"}, memory_per_task=SMALL, progress=False)
+    c = stand_in(args={"hang_task": "worker:0"})
     c.start()
     procs = [p for t in c.tasks for p in tree(t.pid)]
 
@@ -219,30 +217,14 @@ def test_interrupt_stops_cluster_and_reraises(monkeypatch):
 @pytest.mark.timeout(120)  # a hang guard: the run's own 2 s timeout must end it
 def test_run_timeout_ends_a_hung_run():
     with pytest.raises(ClusterError, match="run timeout") as info:
-        with TFCluster(
-            ps=1,
-            workers=2,
-            script=FAKE,
-            args={"hang_task": "worker:1"},
-            memory_per_task=SMALL,
-            timeout=2,
-            progress=False,
-        ) as c:
+        with stand_in(args={"hang_task": "worker:1"}, timeout=2) as c:
             c.wait()
     assert info.value.task == "worker:1"
 
 
 def test_ready_timeout_names_the_task_and_shows_its_log():
     with pytest.raises(ClusterError, match="did not report ready") as info:
-        with TFCluster(
-            ps=1,
-            workers=1,
-            script=FAKE,
-            args={"no_ready": True},
-            memory_per_task=SMALL,
-            ready_timeout=1.5,
-            progress=False,
-        ):
+        with stand_in(workers=1, args={"no_ready": True}, ready_timeout=1.5):
             pass
     assert "will never report ready" in info.value.log_tail
 
@@ -261,7 +243,7 @@ def test_bind_failure_restarts_with_fresh_ports(monkeypatch):
     calls = iter([busy])
     monkeypatch.setattr(hosts, "free_port", lambda host="": next(calls, None) or real(host))
     try:
-        with TFCluster(ps=1, workers=2, script=FAKE, memory_per_task=SMALL, progress=False) as c:
+        with stand_in() as c:
             assert c.attempts == 2
             assert busy not in [t.port for t in c.tasks]
             assert any("could not bind" in n for n in c.notes)
@@ -271,7 +253,7 @@ def test_bind_failure_restarts_with_fresh_ports(monkeypatch):
 
 
 def test_stream_prefixes_lines_on_stdout(capfd):
-    with TFCluster(ps=1, workers=2, script=FAKE, memory_per_task=SMALL, stream=True, progress=False) as c:
+    with stand_in(stream=True) as c:
         c.wait()
     out, err = capfd.readouterr()
     assert "[worker:1] worker:1 serving on" in out
@@ -291,10 +273,7 @@ def test_atexit_stops_a_cluster_left_running():
     procs = tree(kernel.pid)[1:]
     kernel.wait(timeout=30)
     assert kernel.returncode == 0
-    try:
-        assert wait_gone(procs, 1.0) == []
-    finally:
-        kill_all(procs)
+    assert_gone(procs, 1.0)
     assert json.loads(Path(info["run_dir"], "state.json").read_text())["status"] == "stopped"
 
 

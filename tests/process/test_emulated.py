@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support import kernels
 
 from lab_utils.cluster import MPIJob, TFCluster, netem, reap
 
@@ -153,19 +154,7 @@ def test_twenty_emulated_clusters_in_a_row(nothing_left):
 
 @needs_netns
 def test_four_emulated_clusters_at_once(nothing_left):
-    kernels = [
-        subprocess.Popen(
-            [sys.executable, KERNEL, "--wait", "--hosts", "emulated:n=3", "--args", json.dumps({"steps": 40})],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(4)
-    ]
-    infos = []
-    for k in kernels:
-        out, _ = k.communicate(timeout=300)
-        assert k.returncode == 0, out
-        infos.append(json.loads(out.strip().splitlines()[-1]))
+    infos = kernels.run_at_once(4, "--hosts", "emulated:n=3", "--args", json.dumps({"steps": 40}))
     subnets = {i["network"]["subnet"] for i in infos}
     assert len(subnets) == 4, f"address clash: {subnets}"
     for info in infos:
@@ -286,7 +275,7 @@ def test_lab2_training_runs_on_emulated_hosts_through_run_ps(nothing_left):
     """Lab 2's ``HOSTS`` parameter: ``run_ps`` hands it to the cluster, each task gets
     its own host, the run trains to the end, and its dstat table is per task."""
     from lab_utils.grading import reference_script
-    from lab_utils.training import ps_runs
+    from lab_utils.training.ps import runs as ps_runs
 
     script = reference_script("02_ps_async", "train_async.py")
     run = ps_runs.run_ps(

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 from support import unprivileged
+from support.procs import kill_listed
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
@@ -31,7 +32,7 @@ USER = "nobody"
 SNIPPET = """
 import json, os, sys
 from pathlib import Path
-from lab_utils.training import allreduce_runs
+from lab_utils.training.allreduce import runs as allreduce_runs
 ring, hvd = sys.argv[1], sys.argv[2]
 out = {"euid": os.geteuid()}
 checks = allreduce_runs.check_ring(ring, np=2, sizes=[0, 5, 1000], dtypes=["int64", "float32"])
@@ -131,11 +132,7 @@ def _run_jobs(
         assert not any("--allow-run-as-root" in c for c in info["commands"]), info["commands"]
     finally:
         left = _leftovers(home, uid, time.monotonic() + 15)
-        for line in left:  # do not let one leak poison the rest of the session
-            try:
-                psutil.Process(int(line.split(":")[0])).kill()
-            except psutil.NoSuchProcess:
-                pass
+        kill_listed(left)
     assert left == [], f"as {how}: left running: {left}"
 
 

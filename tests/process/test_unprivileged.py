@@ -18,6 +18,7 @@ import psutil
 import pytest
 from support import unprivileged
 from support.procs import alive as procs_alive
+from support.procs import kill_listed
 
 REPO = Path(__file__).resolve().parents[2]
 # (Lab 4 Part D's figures as a student are bench_network's, run as nobody: see the README)
@@ -68,11 +69,7 @@ def test_emulated_hosts_tests_pass_as_that_user_none_skipped(user):
         assert len(cases) >= 20 and skipped == [], (len(cases), skipped)
     finally:
         left = _left(user)
-        for line in left:  # do not let one leak poison the rest of the session
-            try:
-                psutil.Process(int(line.split(":")[0])).kill()
-            except psutil.NoSuchProcess:
-                pass
+        kill_listed(left)
     assert left == [], f"left running as {user.user}: {left}"
 
 

@@ -753,45 +753,41 @@ def test_per_task_bytes_from_a_tasks_own_network_namespace():
     assert df.loc["total", "Network R"] == 5010 and df.loc["total", "network_scope"].startswith("task")
 
 
-def test_netns_reader_says_none_in_the_shared_namespace(tmp_path):
-    import os
-
-    assert netns_counters(os.getpid()) is None  # same namespace as ours: host-level, not per task
+def fake_proc(tmp_path, pid: int, dev_rows: str) -> str:
+    """A /proc under ``tmp_path`` where ``pid`` has a network namespace of its own (not this
+    process's) whose ``net/dev`` lists ``dev_rows`` under the kernel's two header lines."""
     proc = tmp_path / "proc"
-    (proc / "7" / "ns").mkdir(parents=True)
-    (proc / "7" / "net").mkdir()
+    (proc / str(pid) / "ns").mkdir(parents=True)
+    (proc / str(pid) / "net").mkdir()
     (proc / "self" / "ns").mkdir(parents=True)
     os.symlink("net:[1]", proc / "self" / "ns" / "net")
-    os.symlink("net:[2]", proc / "7" / "ns" / "net")
-    (proc / "7" / "net" / "dev").write_text(
-        "Inter-|   Receive\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n"
-        "    lo: 999 1 0 0 0 0 0 0 999 1 0 0 0 0 0 0\n"
-        "  eth0: 1234 5 0 0 0 0 0 0 5678 6 0 0 0 0 0 0\n"
+    os.symlink("net:[2]", proc / str(pid) / "ns" / "net")
+    (proc / str(pid) / "net" / "dev").write_text(
+        "Inter-|   Receive\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n" + dev_rows
     )
-    assert netns_counters(7, str(proc)) == {"eth0": (1234, 5678)}
-    assert netns_counters(8, str(proc)) is None
+    return str(proc)
+
+
+def test_netns_reader_says_none_in_the_shared_namespace(tmp_path):
+    assert netns_counters(os.getpid()) is None  # same namespace as ours: host-level, not per task
+    proc = fake_proc(
+        tmp_path,
+        7,
+        "    lo: 999 1 0 0 0 0 0 0 999 1 0 0 0 0 0 0\n  eth0: 1234 5 0 0 0 0 0 0 5678 6 0 0 0 0 0 0\n",
+    )
+    assert netns_counters(7, proc) == {"eth0": (1234, 5678)}
+    assert netns_counters(8, proc) is None
 
 
 def test_a_private_cluster_network_s_loopback_is_the_lo_row(tmp_path):
     """A namespace with loopback alone is a cluster's private network: not a task's own
     link (netns_counters says None), and its lo counters stand in for this namespace's."""
-    import os
-
     from lab_utils.metrics import sampler as sampler_mod
 
-    proc = tmp_path / "proc"
-    (proc / "9" / "ns").mkdir(parents=True)
-    (proc / "9" / "net").mkdir()
-    (proc / "self" / "ns").mkdir(parents=True)
-    os.symlink("net:[1]", proc / "self" / "ns" / "net")
-    os.symlink("net:[3]", proc / "9" / "ns" / "net")
-    (proc / "9" / "net" / "dev").write_text(
-        "Inter-|   Receive\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n"
-        "    lo: 4000 1 0 0 0 0 0 0 4000 1 0 0 0 0 0 0\n"
-    )
-    assert netns_counters(9, str(proc)) is None
-    assert sampler_mod.loopback_of(9, str(proc)) == (4000, 4000)
-    assert sampler_mod.loopback_of(10, str(proc)) is None
+    proc = fake_proc(tmp_path, 9, "    lo: 4000 1 0 0 0 0 0 0 4000 1 0 0 0 0 0 0\n")
+    assert netns_counters(9, proc) is None
+    assert sampler_mod.loopback_of(9, proc) == (4000, 4000)
+    assert sampler_mod.loopback_of(10, proc) is None
 
 
 def test_the_lo_row_counts_the_private_network_when_there_is_one(monkeypatch):
