@@ -38,8 +38,7 @@ sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 
 import crafted  # noqa: E402
 
-from lab_utils import grading  # noqa: E402
-from lab_utils.grading import batch  # noqa: E402
+from lab_utils.grading import batch, layout  # noqa: E402
 from lab_utils.grading.settings import grading_settings  # noqa: E402
 
 PHASES = ("prepare", "course", "autograde", "account", "feedback")
@@ -98,7 +97,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     out = {"n": args.n, "cores": batch.usable_cores(), "labs": {}}
-    for lab in grading.resolve_labs(args.labs.split(","), grading.source_labs()):
+    for lab in layout.select_labs(args.labs.split(",")):
         plain = _grade(lab, args.n, 1, pipeline=False)
         serial = _grade(lab, args.n, 1)
         parallel = _grade(lab, args.n, out["cores"])

@@ -30,7 +30,8 @@ import threading
 import time
 from pathlib import Path
 
-from lab_utils import grading, standins
+from lab_utils import standins
+from lab_utils.grading import layout
 from lab_utils.grading.sandbox import Sandbox, cgroup_support
 
 MB = 2**20
@@ -76,7 +77,7 @@ def measure(lab: str, full: bool, limit_mb: int, timeout_s: float, cpus: float =
 
 
 def _recorded(summary: Path) -> dict:
-    """The figures the lab's notebook passed to :func:`lab_utils.run_labs.record` ({} if none)."""
+    """The figures the lab's notebook passed to :func:`lab_utils.notebook.record` ({} if none)."""
     if not summary.is_file():
         return {}
     rows = json.loads(summary.read_text())
@@ -156,7 +157,7 @@ def main(argv=None) -> int:
         if not standins.is_stand_in(STAND_INS):
             standins.write(STAND_INS)
         os.environ["LABS_DATA_DIR"] = str(STAND_INS)  # the sandbox's run inherits it
-    for lab in grading.resolve_labs([x for x in args.labs.split(",") if x], grading.source_labs()):
+    for lab in layout.select_labs([x for x in args.labs.split(",") if x]):
         out["labs"][lab] = measure(lab, args.full, args.limit_mb, args.timeout, args.cpus)
         print(f"{lab}: {out['labs'][lab]}", file=sys.stderr, flush=True)
     text = json.dumps(out, indent=1)

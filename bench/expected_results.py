@@ -6,7 +6,7 @@
 
 Each ``FILE.json`` is the output of ``bench/bench_lab_memory.py --full`` (a student's full run of
 every lab under that tier's limits). Its ``recorded`` figures are what the notebooks pass to
-:func:`lab_utils.run_labs.record`: each lab's headline figures and the readings its autograded
+:func:`lab_utils.notebook.record`: each lab's headline figures and the readings its autograded
 questions ask for, so a grader judging a "from your own numbers" answer sees the range a
 correct run gives on the student's kind of machine. Tiers without a file (a GPU node, where the
 course machine has none) are described in :data:`NOT_MEASURED` and not given figures.

@@ -9,7 +9,7 @@ scripts extracted from the sources (reference/) are git-ignored.
 
 from pathlib import Path
 
-from lab_utils.grading.course import cell_timeout
+from lab_utils.grading.layout import cell_timeout
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 

@@ -2,6 +2,11 @@
 
 Modules never call ``os.environ.get("LABS_...")`` themselves: they call the
 accessor here, so a variable's name, meaning and default are written once.
+The four ``LAB_*`` variables that the grading worker sets for a sandbox and that
+code inside it reads (``LAB_SANDBOX``, ``LAB_GRADING_TIMING``,
+``LAB_GRADING_TIMING_LOCK``, ``LAB_GRADING_REFERENCE_DIR``) are declared here too,
+under their own prefix (the names a running grading batch and its sandboxes
+share), and setter and reader both name them by the constants below.
 Each accessor takes an optional ``env`` mapping (tests pass a dict) and falls
 back to ``os.environ``. The variables the launcher *sets* for its tasks
 (``LABS_TASK``, ``LABS_REPORT_FILE``, ``LABS_REPORT_DIR``, ``LABS_RUN_DIR``) are
@@ -57,6 +62,24 @@ VARIABLES = {
             "1: start TF clusters even where no private network can be made and their servers are reachable "
             "from this machine's network (TFCluster(exposed_ok=True) does the same for one cluster)",
         ),
+        Var("LAB_SANDBOX", None, "set by the grading sandbox: its name, on every process it starts (finds them all)"),
+        Var(
+            "LAB_GRADING_TIMING",
+            None,
+            'set by the grading worker: the lab\'s timing settings as JSON {"rounds", "max_rounds", "noise"} '
+            "(grading/settings.yml) for the throughput tests",
+        ),
+        Var(
+            "LAB_GRADING_TIMING_LOCK",
+            None,
+            "set by the grading worker: a file the throughput tests of every sandbox lock, one timing at a time",
+        ),
+        Var(
+            "LAB_GRADING_REFERENCE_DIR",
+            None,
+            "set by the grading worker: the sandbox's read-only view of the lab's reference scripts "
+            "(what reference_script() returns there)",
+        ),
     )
 }
 
@@ -68,7 +91,13 @@ RUN_DIR, TASK, REPORT_FILE, REPORT_DIR, JOB = (
     "LABS_JOB",
 )
 RESULTS_FILE, HEADLESS, ALLOW_EXPOSED = "LABS_RESULTS_FILE", "LABS_HEADLESS", "LABS_ALLOW_EXPOSED"
-HANDIN_URL = "LABS_HANDIN_URL"
+HANDIN_URL, OFFLINE = "LABS_HANDIN_URL", "LABS_OFFLINE"
+SANDBOX, GRADING_TIMING, GRADING_TIMING_LOCK, GRADING_REFERENCE_DIR = (
+    "LAB_SANDBOX",
+    "LAB_GRADING_TIMING",
+    "LAB_GRADING_TIMING_LOCK",
+    "LAB_GRADING_REFERENCE_DIR",
+)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

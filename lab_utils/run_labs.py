@@ -9,7 +9,7 @@ working directory, so its logs stay out of the source tree) and a summary (``sum
 ``summary.md``: lab, wall time, accuracy, throughput, status). Exit code 1 when
 any lab fails; the message names the lab and the failing cell.
 
-How figures reach the summary: a notebook calls :func:`record` (e.g.
+How figures reach the summary: a notebook calls :func:`lab_utils.notebook.record` (e.g.
 ``record(accuracy=0.91, examples_per_sec=5300.0)``) in its "what you measured"
 section. ``record`` writes to ``$LABS_RESULTS_FILE`` (set here for each lab)
 and does nothing otherwise, so students never see a side effect.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
@@ -27,31 +26,10 @@ import time
 from pathlib import Path
 
 from lab_utils import config
-from lab_utils.grading.course import PARAMS_FILE, SOURCE_DIR, load_params, resolve_labs
+from lab_utils.grading.layout import PARAMS_FILE, SOURCE_DIR, load_params, resolve_labs
+from lab_utils.notebook import record  # re-exported: notebooks a student copied before it moved import it here
 
 __all__ = ["record", "run_lab", "run_labs", "summary_markdown", "main"]
-
-
-def record(**metrics) -> dict:
-    """Record a lab's headline figures for ``make run``'s summary. Values must be
-    JSON numbers or strings; calling it again adds or replaces keys."""
-    path = config.get(config.RESULTS_FILE)
-    clean = {}
-    for key, value in metrics.items():
-        if hasattr(value, "item"):  # numpy scalar
-            value = value.item()
-        if isinstance(value, float) and not math.isfinite(value):
-            value = None
-        if value is not None and not isinstance(value, (int, float, str, bool)):
-            raise TypeError(f"record({key}=...) takes numbers or strings, got {type(value).__name__}")
-        clean[key] = value
-    if path:
-        p = Path(path)
-        existing = json.loads(p.read_text()) if p.is_file() else {}
-        existing.update(clean)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(existing, indent=2))
-    return clean
 
 
 def run_lab(

@@ -14,9 +14,14 @@ The package, one job per module:
 - ``batch``, ``gate``, ``worker``, ``sandbox``, ``execute``, ``kernel``, ``accounting``,
   ``results``: autograding a class, each submission in a sandbox of its own, pipelined
   (see ``grading/README.md``);
-- ``course``: ``labs/params.yml`` (``load_params``, ``lab_settings``), lab selection,
-  and the nbgrader operations ``release``, ``check_release``, ``autograde``,
-  ``export_grades``, ``feedback`` (``python -m lab_utils.grading ...``, see ``__main__``);
+- ``layout``: where the course lives (``REPO_ROOT``, ``GRADING_ROOT``, ``LABS_DIR``, ...),
+  ``labs/params.yml`` (``load_params``, ``lab_settings``), ``cell_timeout`` and lab names
+  (``source_labs``, ``resolve_labs``, ``source_notebook``); imports neither nbgrader nor the
+  modules below;
+- ``nbapi``: nbgrader's API, checked (``course_api``, ``check``, ``gradebook_rows``,
+  ``export_grades``);
+- ``course``: the course operations ``release``, ``check_release``, ``autograde``,
+  ``feedback``, on those two (``python -m lab_utils.grading ...``, see ``__main__``);
 - ``scripts``: ``reference_script`` (the instructor's training script, extracted
   from the ONE copy in ``grading/source``) and ``find_lab_script`` (a student's
   script from an earlier lab);
@@ -31,24 +36,9 @@ from __future__ import annotations
 
 from lab_utils.grading import throughput  # its clock is taken here, in the labs' locked setup cells
 from lab_utils.grading.cells import DEFAULT_BANDS, credit, is_grading, ratio_credit
-from lab_utils.grading.course import (
-    GRADING_ROOT,
-    LABS_DIR,
-    PARAMS_FILE,
-    REPO_ROOT,
-    autograde,
-    cell_timeout,
-    check_release,
-    course_api,
-    export_grades,
-    feedback,
-    lab_settings,
-    load_params,
-    release,
-    resolve_labs,
-    source_labs,
-)
+from lab_utils.grading.course import autograde, check_release, feedback, release
 from lab_utils.grading.leaks import Leak, check_student_environment, find_leaks, student_files
+from lab_utils.grading.nbapi import export_grades
 from lab_utils.grading.scripts import extract_references, find_lab_script, reference_script
 
 __all__ = [
@@ -57,16 +47,6 @@ __all__ = [
     "ratio_credit",
     "is_grading",
     "throughput",
-    "REPO_ROOT",
-    "GRADING_ROOT",
-    "LABS_DIR",
-    "PARAMS_FILE",
-    "load_params",
-    "lab_settings",
-    "cell_timeout",
-    "source_labs",
-    "resolve_labs",
-    "course_api",
     "release",
     "check_release",
     "autograde",

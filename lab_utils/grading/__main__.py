@@ -7,12 +7,13 @@ import signal
 import sys
 from pathlib import Path
 
-from lab_utils.grading import course, leaks, scripts, student_repo
+from lab_utils.grading import course, leaks, nbapi, scripts, student_repo
+from lab_utils.grading.layout import GRADING_ROOT
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab_utils.grading", description="nbgrader course operations")
-    parser.add_argument("--root", default=str(course.GRADING_ROOT), help="course root (default: grading/)")
+    parser.add_argument("--root", default=str(GRADING_ROOT), help="course root (default: grading/)")
     parser.add_argument("--labs-dir", default=None, help="committed student releases (default: <root>/../labs)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser(
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
 
                 print(f"wrote {lms.export(args.csv or root / f'{args.lms}.csv', args.lms, root)}")
             else:
-                print(f"wrote {course.export_grades(args.csv, root)}")
+                print(f"wrote {nbapi.export_grades(args.csv, root)}")
         elif args.command == "feedback":
             for path in course.feedback(labs, root):
                 print(f"feedback {path}")

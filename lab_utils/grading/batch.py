@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lab_utils import resources
-from lab_utils.grading import course, results, scripts
+from lab_utils.grading import layout, nbapi, results, scripts
 from lab_utils.grading.gate import EXECUTED, READY, Admission, Gate, Turns
 from lab_utils.grading.late import late_flag, parse_due
 from lab_utils.grading.sandbox import Sandbox, SandboxError, cgroup_support
@@ -110,7 +110,7 @@ class _Batch:
         self.timing_lock = self.work / "timing.lock"
         self.timing_lock.touch()
         self.timing_lock.chmod(0o644)
-        coursedir = course.course_api(root).coursedir
+        coursedir = nbapi.course_api(root).coursedir
         self.course_id, self.db_url = coursedir.course_id, coursedir.db_url
         self.provenance = results.provenance()
 
@@ -127,7 +127,7 @@ class _Batch:
             tpl.mkdir()
             shutil.copy2(self.root / "nbgrader_config.py", tpl / "nbgrader_config.py")
             shutil.copytree(self.root / "source" / lab, tpl / "source" / lab)
-            course.check(course.course_api(tpl).generate_assignment(lab, force=True, create=True), f"template {lab}")
+            nbapi.check(nbapi.course_api(tpl).generate_assignment(lab, force=True, create=True), f"template {lab}")
             self.templates[lab] = tpl
 
     def say(self, line: str) -> None:
@@ -177,7 +177,7 @@ class _Batch:
         return box, box_dir
 
     def _spec(self, student: str, lab: str, slot: int, box: Sandbox, box_dir: Path, settings: dict) -> dict:
-        hide = [str(self.root), str(self.submissions), str(course.GRADING_ROOT), str(self.work / "template")]
+        hide = [str(self.root), str(self.submissions), str(layout.GRADING_ROOT), str(self.work / "template")]
         keras = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras")
         return {
             "student": student,
@@ -194,7 +194,7 @@ class _Batch:
             "hide": hide if box.isolated else [],
             "reference_dir": str(self.root / scripts.REFERENCE_DIR),
             # the files its notebook writes (%%writefile): the only ones kept beside it
-            "keep": sorted(scripts.writefile_scripts(course.source_notebook(lab, self.root))),
+            "keep": sorted(scripts.writefile_scripts(layout.source_notebook(lab, self.root))),
             "keras_home": str(keras) if keras.is_dir() else None,
             "timing_lock": str(self.timing_lock),
         }
@@ -306,20 +306,65 @@ def _prepare(root: Path, labs: list[str]) -> None:
     """The course's gradebook knows every lab, and its reference scripts are extracted."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    api = course.course_api(root)
+    api = nbapi.course_api(root)
     for lab in labs:
         with Gradebook(api.coursedir.db_url) as gb:
             try:
                 gb.find_assignment(lab)
             except MissingEntry:
-                course.check(api.generate_assignment(lab, force=True, create=True), f"generate_assignment {lab}")
+                nbapi.check(api.generate_assignment(lab, force=True, create=True), f"generate_assignment {lab}")
     scripts.extract_references(None, root)  # every lab's: Lab 3 runs Lab 2's script, and so on
+
+
+def _unchanged_and_todo(root: Path, submissions: Path, pairs, settings_file, resume: bool) -> tuple[list, list]:
+    """``(graded, todo)``: the results kept from an earlier grading of the same submission,
+    course and settings (when ``resume``), and the ``(student, lab, hashes)`` left to grade."""
+    graded, todo = [], []
+    for student, lab in pairs:
+        hashes = {
+            **results.hashes(root, submissions / student / lab, lab, grading_settings(lab, settings_file)),
+        }
+        previous = results.results_dir(root) / student / f"{lab}.json"
+        if resume and previous.is_file():
+            old = json.loads(previous.read_text())
+            prov = old.get("provenance", {})
+            if old.get("status") == "graded" and all(prov.get(k) == v for k, v in hashes.items()):
+                graded.append(old)
+                continue
+        todo.append((student, lab, hashes))
+    return graded, todo
+
+
+def _announce(batch: _Batch, todo: list, unchanged: int, settings_file, isolate, pipeline: bool) -> None:
+    """Say what the batch will do: how many to grade, on how many cores, in which sandbox,
+    and which labs' time limits are stretched because a notebook gets fewer cores than asked."""
+    box_mode = (
+        "isolated (cgroup, namespaces, unprivileged kernel)"
+        if isolate is not False and cgroup_support()
+        else "process group only (not root: no cgroup, no network or mount namespace)"
+    )
+    cores = {lab: batch.cores(grading_settings(lab, settings_file)) for lab in sorted({lab for _, lab, _ in todo})}
+    batch.say(
+        f"autograde: {len(todo)} to grade, {unchanged} unchanged since their last grading; "
+        f"notebooks on {batch.jobs} core(s) at a time ({', '.join(f'{lab} takes {n}' for lab, n in cores.items())})"
+        f"{', the next ones prepared meanwhile' if pipeline else ''}; sandbox: {box_mode}"
+    )
+    for lab in cores:
+        asked = grading_settings(lab, settings_file)
+        share = batch.share(asked)
+        longer, factor = stretched(asked, share)
+        if factor > 1:
+            batch.say(
+                f"autograde: {lab} asks for {asked['cpus']:g} core(s), a notebook gets {share:.2g} here: "
+                f"its time limits are {factor:.2g}x longer (a cell {longer['cell_timeout']} s, "
+                f"the notebook {longer['notebook_timeout']} s)"
+            )
 
 
 def autograde(
     submissions: Path | str,
     labs=None,
-    root: Path | str = course.GRADING_ROOT,
+    root: Path | str = layout.GRADING_ROOT,
     *,
     jobs: int | None = None,
     resume: bool = True,
@@ -337,52 +382,20 @@ def autograde(
         settings_file = root / "settings.yml"  # the course's own settings (grading/settings.yml in this repository)
     if not submissions.is_dir():
         raise ValueError(f"submissions folder {submissions} does not exist")
-    wanted = set(course.resolve_labs(labs, course.source_labs(root)))
+    wanted = set(layout.select_labs(labs, root))
     pairs = [(s, lab) for s, lab in submission_pairs(submissions) if lab in wanted]
     if not pairs:
         raise ValueError(f"no submissions for {sorted(wanted)} in {submissions} (expected <student>/<lab>/<lab>.ipynb)")
     jobs = max(1, int(jobs or usable_cores()))
     _prepare(root, sorted({lab for _, lab in pairs}))
-    graded, todo = [], []
-    for student, lab in pairs:
-        hashes = {
-            **results.hashes(root, submissions / student / lab, lab, grading_settings(lab, settings_file)),
-        }
-        previous = results.results_dir(root) / student / f"{lab}.json"
-        if resume and previous.is_file():
-            old = json.loads(previous.read_text())
-            prov = old.get("provenance", {})
-            if old.get("status") == "graded" and all(prov.get(k) == v for k, v in hashes.items()):
-                graded.append(old)
-                continue
-        todo.append((student, lab, hashes))
+    graded, todo = _unchanged_and_todo(root, submissions, pairs, settings_file, resume)
     batch = _Batch(root, submissions, jobs, isolate, settings_file, out, pipeline, len(todo))
     try:
         batch.make_templates(sorted({lab for _, lab, _ in todo}))
     except BaseException:
         batch.cleanup()
         raise
-    box_mode = (
-        "isolated (cgroup, namespaces, unprivileged kernel)"
-        if isolate is not False and cgroup_support()
-        else "process group only (not root: no cgroup, no network or mount namespace)"
-    )
-    cores = {lab: batch.cores(grading_settings(lab, settings_file)) for lab in sorted({lab for _, lab, _ in todo})}
-    batch.say(
-        f"autograde: {len(todo)} to grade, {len(graded)} unchanged since their last grading; "
-        f"notebooks on {batch.jobs} core(s) at a time ({', '.join(f'{lab} takes {n}' for lab, n in cores.items())})"
-        f"{', the next ones prepared meanwhile' if pipeline else ''}; sandbox: {box_mode}"
-    )
-    for lab in cores:
-        asked = grading_settings(lab, settings_file)
-        share = batch.share(asked)
-        longer, factor = stretched(asked, share)
-        if factor > 1:
-            batch.say(
-                f"autograde: {lab} asks for {asked['cpus']:g} core(s), a notebook gets {share:.2g} here: "
-                f"its time limits are {factor:.2g}x longer (a cell {longer['cell_timeout']} s, "
-                f"the notebook {longer['notebook_timeout']} s)"
-            )
+    _announce(batch, todo, len(graded), settings_file, isolate, pipeline)
     t0 = time.monotonic()
     pool = ThreadPoolExecutor(max_workers=batch.threads)
     try:

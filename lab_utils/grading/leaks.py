@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from lab_utils.grading.course import LABS_DIR, SOURCE_DIR
+from lab_utils.grading.layout import LABS_DIR, SOURCE_DIR
 
 __all__ = [
     "MIN_LENGTH",

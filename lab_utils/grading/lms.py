@@ -27,7 +27,9 @@ import csv
 import json
 from pathlib import Path
 
-from lab_utils.grading import course, results
+from lab_utils.grading import results
+from lab_utils.grading.layout import GRADING_ROOT
+from lab_utils.grading.nbapi import gradebook_rows
 
 __all__ = ["LMS", "rows", "export"]
 
@@ -47,7 +49,7 @@ def _score(value) -> str:
 
 
 def rows(lms: str, gradebook: list[dict], root: Path) -> list[list[str]]:
-    """The CSV's rows (header first) for ``lms`` from :func:`course.gradebook_rows`."""
+    """The CSV's rows (header first) for ``lms`` from :func:`lab_utils.grading.nbapi.gradebook_rows`."""
     if lms not in LMS:
         raise ValueError(f"lms must be one of {LMS}, got {lms!r}")
     labs = sorted({r["lab"] for r in gradebook})
@@ -67,10 +69,10 @@ def rows(lms: str, gradebook: list[dict], root: Path) -> list[list[str]]:
     return out
 
 
-def export(csv_path: Path | str, lms: str, root: Path | str = course.GRADING_ROOT) -> Path:
+def export(csv_path: Path | str, lms: str, root: Path | str = GRADING_ROOT) -> Path:
     """Write the ``lms`` gradebook CSV of the course at ``root`` to ``csv_path``."""
     root = Path(root).resolve()
-    table = rows(lms, course.gradebook_rows(root), root)
+    table = rows(lms, gradebook_rows(root), root)
     path = Path(csv_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:

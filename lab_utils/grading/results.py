@@ -21,7 +21,7 @@ from collections import Counter
 from importlib import metadata
 from pathlib import Path
 
-from lab_utils.grading import course
+from lab_utils.grading.layout import GRADING_ROOT, REPO_ROOT
 
 __all__ = [
     "results_dir",
@@ -40,7 +40,7 @@ __all__ = [
 _VERSIONED = ("tensorflow-cpu", "tensorflow", "horovod", "nbgrader", "numpy", "ipykernel")
 
 
-def results_dir(root: Path | str = course.GRADING_ROOT) -> Path:
+def results_dir(root: Path | str = GRADING_ROOT) -> Path:
     return Path(root) / "results"
 
 
@@ -70,7 +70,7 @@ def provenance() -> dict:
         except metadata.PackageNotFoundError:
             continue
     proc = subprocess.run(
-        ["git", "-C", str(course.REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
     )
     commit = (proc.stdout.strip() or None) if proc.returncode == 0 else None
     return {

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import psutil
 
+from lab_utils import config
+
 __all__ = [
     "Sandbox",
     "SandboxError",
@@ -42,12 +44,9 @@ __all__ = [
     "memory_events",
     "pids_refused",
     "quota_ceiling_v1",
-    "MARKER",
     "run_checked",
 ]
 
-#: Environment variable every process of a sandbox inherits (its name).
-MARKER = "LAB_SANDBOX"
 _V1 = Path("/sys/fs/cgroup")
 _CONTROLLERS_V1 = ("memory", "pids", "cpu")
 
@@ -283,7 +282,7 @@ class Sandbox:
         ``pass_fds``: file descriptors it inherits (the batch's gate)."""
         if self._proc is not None:
             raise SandboxError(f"sandbox {self.name} already runs pid {self._proc.pid}")
-        env = {**(env if env is not None else os.environ), MARKER: self.name}
+        env = {**(env if env is not None else os.environ), config.SANDBOX: self.name}
         with open(log, "ab") as out:
             self._proc = subprocess.Popen(
                 self.command(argv),
@@ -368,7 +367,11 @@ class Sandbox:
         me = os.getuid()
         for p in psutil.process_iter(["pid", "uids"]):
             try:
-                if p.info["uids"] and p.info["uids"].real == me and p.environ().get(MARKER) == self.name:
+                if (
+                    p.info["uids"]
+                    and p.info["uids"].real == me
+                    and config.get(config.SANDBOX, p.environ()) == self.name
+                ):
                     found.add(p.pid)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue

@@ -21,11 +21,10 @@ from pathlib import Path
 
 from lab_utils import config
 from lab_utils.grading.cells import is_grading
-from lab_utils.grading.course import GRADING_ROOT, resolve_labs, source_labs
+from lab_utils.grading.layout import GRADING_ROOT, resolve_labs, select_labs
 
 __all__ = [
     "REFERENCE_DIR",
-    "SANDBOX_REFERENCE_ENV",
     "writefile_scripts",
     "solution_lines",
     "reference_script",
@@ -33,9 +32,6 @@ __all__ = [
     "find_lab_script",
 ]
 
-#: Set by the grading worker: the folder of this lab's reference scripts, the only part of
-#: the instructor's course the sandboxed kernel can read.
-SANDBOX_REFERENCE_ENV = "LAB_GRADING_REFERENCE_DIR"
 #: Where extracted reference scripts go (git-ignored): ``<course root>/reference/<lab>/<name>``.
 REFERENCE_DIR = "reference"
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
@@ -110,7 +106,7 @@ def _source_notebook(lab: str, root: Path) -> tuple[str, Path]:
             f"reference scripts exist only in the instructor's repository (no {root / 'source'} here): "
             "they are extracted from the instructor notebooks, which are never installed for students"
         )
-    name = resolve_labs([lab], source_labs(root))[0]  # ValueError naming the known labs
+    name = select_labs([lab], root)[0]  # ValueError naming the known labs
     notebook = root / "source" / name / f"{name}.ipynb"
     if not notebook.is_file():
         raise FileNotFoundError(f"lab {name}: no instructor notebook {notebook}")
@@ -124,8 +120,9 @@ def reference_script(lab: str, name: str, root: Path | str = GRADING_ROOT) -> Pa
 
     Raises ValueError for an unknown lab, LookupError when the notebook has no
     ``%%writefile <name>`` cell, FileNotFoundError outside the instructor's repository."""
-    shown = os.environ.get(SANDBOX_REFERENCE_ENV)
+    shown = config.get(config.GRADING_REFERENCE_DIR)
     if shown:  # inside a grading sandbox: the instructor notebooks are out of reach, only the scripts are shown
+        # (the folder of this lab's reference scripts, the only part of the course the kernel can read)
         labs = sorted(p.name for p in Path(shown).iterdir() if p.is_dir())
         path = Path(shown) / resolve_labs([lab], labs)[0] / name
         if not path.is_file():
@@ -148,7 +145,7 @@ def extract_references(labs=None, root: Path | str = GRADING_ROOT) -> list[Path]
     ``make release`` calls it. Returns the written paths."""
     root = Path(root)
     paths = []
-    for lab in resolve_labs(labs, source_labs(root)):
+    for lab in select_labs(labs, root):
         _, notebook = _source_notebook(lab, root)
         paths += [reference_script(lab, name, root) for name in sorted(writefile_scripts(notebook))]
     return paths

@@ -22,8 +22,9 @@ import subprocess
 from pathlib import Path
 
 from lab_utils.grading import course, leaks
+from lab_utils.grading.layout import REPO_ROOT
 
-REPO = course.REPO_ROOT
+REPO = REPO_ROOT
 #: Files (or folders, ending in /) of this repository the student repository takes, as git tracks them.
 TAKEN = (
     "labs/",

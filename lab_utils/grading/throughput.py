@@ -23,26 +23,24 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from lab_utils import config
 from lab_utils.grading.accounting import flag_line
 from lab_utils.grading.cells import ratio_credit
 
-__all__ = ["compare", "timing_settings", "band_of", "TIMING_ENV", "LOCK_ENV"]
+__all__ = ["compare", "timing_settings", "band_of"]
 
 _clock = time.perf_counter  # taken at import, in the locked setup cell
-TIMING_ENV = "LAB_GRADING_TIMING"  # JSON {"rounds", "max_rounds", "noise"}, set by the grading worker
-LOCK_ENV = "LAB_GRADING_TIMING_LOCK"
 
 
 def timing_settings() -> dict:
     """The lab's ``timing`` settings (passed by the grading worker), else the defaults."""
     from lab_utils.grading.settings import DEFAULTS
 
-    raw = os.environ.get(TIMING_ENV)
+    raw = config.get(config.GRADING_TIMING)
     return {**DEFAULTS["timing"], **(json.loads(raw) if raw else {})}
 
 
@@ -54,7 +52,7 @@ def band_of(ratio: float, bands) -> int:
 
 @contextmanager
 def _timing_lock():
-    path = os.environ.get(LOCK_ENV)
+    path = config.get(config.GRADING_TIMING_LOCK)
     if not path:
         yield
         return

@@ -29,8 +29,10 @@ from pathlib import Path
 
 import nbformat
 
-from lab_utils.grading import course
+from lab_utils import config
+from lab_utils.grading import nbapi
 from lab_utils.grading.accounting import account, changed_cells, flags_in_outputs, restore_deleted
+from lab_utils.grading.layout import REPO_ROOT
 from lab_utils.grading.sandbox import run_checked
 from lab_utils.grading.tracebacks import reference_quotes
 
@@ -57,7 +59,7 @@ def _isolate(spec: dict, box: Path) -> dict:
             (shown / name).mkdir(parents=True, exist_ok=True)
             run_checked("mount", "--bind", src, str(shown / name))
             run_checked("mount", "-o", "remount,bind,ro", str(shown / name))
-    _expose([Path(sys.base_prefix), Path(sys.prefix), course.REPO_ROOT], box / "views")
+    _expose([Path(sys.base_prefix), Path(sys.prefix), REPO_ROOT], box / "views")
     for path in spec.get("hide", []):
         if Path(path).is_dir():
             run_checked("mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", path)
@@ -65,7 +67,7 @@ def _isolate(spec: dict, box: Path) -> dict:
     if (shown / "keras").is_dir():
         env["KERAS_HOME"] = str(shown / "keras")
     if (shown / "reference").is_dir():
-        env["LAB_GRADING_REFERENCE_DIR"] = str(shown / "reference")
+        env[config.GRADING_REFERENCE_DIR] = str(shown / "reference")
     return env
 
 
@@ -187,25 +189,10 @@ def grade(spec: dict) -> dict:
     lines_file = box / "solution-lines.json"  # the reference scripts' solutions, kept from the kernel (0600)
     shutil.copy2(spec["solution_lines"], lines_file)
     lines_file.chmod(0o600)
-    kernel_env = _isolate(spec, box) if spec.get("isolated") else {}
-    if spec.get("reference_dir") and "LAB_GRADING_REFERENCE_DIR" not in kernel_env:
-        kernel_env["LAB_GRADING_REFERENCE_DIR"] = spec["reference_dir"]
-    kernel_env["LAB_GRADING_TIMING"] = json.dumps(spec["settings"]["timing"])
-    # No dataset cache in the sandbox: its home is on the disk_mb tmpfs, whose room is the
-    # submission's, and an entry written there would be memory the grading pays for once more.
-    kernel_env["LABS_CACHE_DIR"] = "off"
-    if spec.get("timing_lock"):
-        kernel_env["LAB_GRADING_TIMING_LOCK"] = spec["timing_lock"]
-    if spec.get("uid"):
-        disk = box / "disk" if spec.get("isolated") else None
-        if disk is None:
-            (box / "home").mkdir(mode=0o700, exist_ok=True)
-        keep = [spec["timing_lock"]] if spec.get("timing_lock") else []  # every sandbox's, in the batch's folder
-        kernel_env["JUPYTER_PATH"] = str(_kernelspec(box, spec["uid"], disk, keep))
-    os.environ.update(kernel_env)
+    os.environ.update(_kernel_env(spec, box))
     record = box / "execution.json"
     t = lap("prepare", t0)
-    api = course.course_api(root, extra=_config(spec, box, record, lines_file))
+    api = nbapi.course_api(root, extra=_config(spec, box, record, lines_file))
     submitted = root / "submitted" / student / lab / f"{lab}.ipynb"
     released = root / "release" / lab / f"{lab}.ipynb"
     restored = _readable(submitted, released) + changed_cells(submitted, released)
@@ -225,34 +212,9 @@ def grade(spec: dict) -> dict:
     if quoted:
         where = ", ".join(f"cell {i}" for i in quoted)
         flags.append({"kind": "quoted reference", "detail": f"{where} printed the reference script (not in feedback)"})
-    for c in executed["cells"]:
-        where = f"cell {c['index']}" + (f" ({c['grade_id']})" if c.get("grade_id") else "")
-        if c.get("disk_limit_mb"):
-            flags.append({"kind": "disk limit", "detail": f"disk limit {c['disk_limit_mb']:g} MB reached in {where}"})
-        if c.get("process_limit"):
-            detail = f"process limit {c['process_limit']} reached in {where} ({c['refused']:,} new processes refused)"
-            flags.append({"kind": "process limit", "detail": detail})
-        if c.get("cause") == "memory limit":
-            flags.append({"kind": "memory limit", "detail": _event(c, executed)})
-        elif c["status"] in ("timed out", "kernel died"):
-            flags.append({"kind": c["status"], "detail": _event(c, executed)})
-    cut = record.with_name("cut.json")
-    for index, size in (json.loads(cut.read_text()) if cut.is_file() else {}).items():
-        flags.append({"kind": "huge output cut", "detail": f"cell {index}: {size:,} bytes over the limit per cell"})
-    if executed.get("disk_before"):
-        flags.append({"kind": "disk limit", "detail": f"before the notebook ran: {executed['disk_before']}"})
-    for name, size in executed.get("dropped_files", {}).items():
-        cap = spec["settings"]["file_mb"]
-        flags.append({"kind": "file not kept", "detail": f"{name}: {size:,} bytes, over the {cap:g} MB cap per file"})
-    not_run = [c for c in executed["cells"] if c["status"] == "not run"]
-    if not_run:
-        budget = executed["notebook_timeout"]
-        detail = (
-            f"notebook timeout {budget} s reached before cell {not_run[0]['index']}: {len(not_run)} cell(s) not run"
-        )
-        flags.append({"kind": "not run", "detail": detail})
+    flags += _execution_flags(executed, record, spec["settings"]["file_mb"])
     t = lap("account", t)
-    course.check(api.generate_feedback(lab, student, force=True), f"generate_feedback {student}/{lab}")
+    nbapi.check(api.generate_feedback(lab, student, force=True), f"generate_feedback {student}/{lab}")
     lap("feedback", t)
     result = {
         "status": "graded",
@@ -270,6 +232,61 @@ def grade(spec: dict) -> dict:
     }
     Path(spec["result"]).write_text(json.dumps(result, indent=1))
     return result
+
+
+def _kernel_env(spec: dict, box: Path) -> dict[str, str]:
+    """The variables the grading kernel gets: the sandbox's (when isolated), the reference
+    scripts, the timing settings and lock, and its own kernelspec when it runs as ``uid``."""
+    kernel_env = _isolate(spec, box) if spec.get("isolated") else {}
+    if spec.get("reference_dir") and config.GRADING_REFERENCE_DIR not in kernel_env:
+        kernel_env[config.GRADING_REFERENCE_DIR] = spec["reference_dir"]
+    kernel_env[config.GRADING_TIMING] = json.dumps(spec["settings"]["timing"])
+    # No dataset cache in the sandbox: its home is on the disk_mb tmpfs, whose room is the
+    # submission's, and an entry written there would be memory the grading pays for once more.
+    kernel_env["LABS_CACHE_DIR"] = "off"
+    if spec.get("timing_lock"):
+        kernel_env[config.GRADING_TIMING_LOCK] = spec["timing_lock"]
+    if spec.get("uid"):
+        disk = box / "disk" if spec.get("isolated") else None
+        if disk is None:
+            (box / "home").mkdir(mode=0o700, exist_ok=True)
+        keep = [spec["timing_lock"]] if spec.get("timing_lock") else []  # every sandbox's, in the batch's folder
+        kernel_env["JUPYTER_PATH"] = str(_kernelspec(box, spec["uid"], disk, keep))
+    return kernel_env
+
+
+def _execution_flags(executed: dict, record: Path, file_mb: float) -> list[dict]:
+    """The flags the execution record raises: limits met, cells timed out or not run, outputs
+    cut, files not kept."""
+    flags = []
+    for c in executed["cells"]:
+        where = f"cell {c['index']}" + (f" ({c['grade_id']})" if c.get("grade_id") else "")
+        if c.get("disk_limit_mb"):
+            flags.append({"kind": "disk limit", "detail": f"disk limit {c['disk_limit_mb']:g} MB reached in {where}"})
+        if c.get("process_limit"):
+            detail = f"process limit {c['process_limit']} reached in {where} ({c['refused']:,} new processes refused)"
+            flags.append({"kind": "process limit", "detail": detail})
+        if c.get("cause") == "memory limit":
+            flags.append({"kind": "memory limit", "detail": _event(c, executed)})
+        elif c["status"] in ("timed out", "kernel died"):
+            flags.append({"kind": c["status"], "detail": _event(c, executed)})
+    cut = record.with_name("cut.json")
+    for index, size in (json.loads(cut.read_text()) if cut.is_file() else {}).items():
+        flags.append({"kind": "huge output cut", "detail": f"cell {index}: {size:,} bytes over the limit per cell"})
+    if executed.get("disk_before"):
+        flags.append({"kind": "disk limit", "detail": f"before the notebook ran: {executed['disk_before']}"})
+    for name, size in executed.get("dropped_files", {}).items():
+        flags.append(
+            {"kind": "file not kept", "detail": f"{name}: {size:,} bytes, over the {file_mb:g} MB cap per file"}
+        )
+    not_run = [c for c in executed["cells"] if c["status"] == "not run"]
+    if not_run:
+        budget = executed["notebook_timeout"]
+        detail = (
+            f"notebook timeout {budget} s reached before cell {not_run[0]['index']}: {len(not_run)} cell(s) not run"
+        )
+        flags.append({"kind": "not run", "detail": detail})
+    return flags
 
 
 def _kept(folder: Path, names: list[str], file_mb: float) -> list[str]:

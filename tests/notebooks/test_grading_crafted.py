@@ -24,8 +24,9 @@ import pytest
 from support import crafted
 
 from lab_utils import grading
+from lab_utils.config import SANDBOX
 from lab_utils.grading import batch, scripts
-from lab_utils.grading.sandbox import MARKER, leftover_cgroups
+from lab_utils.grading.sandbox import leftover_cgroups
 from lab_utils.grading.tracebacks import QUOTE_NOTICE
 
 # The first test pays for the module's `graded` fixture: one lab's class graded (211 s on a day
@@ -108,7 +109,7 @@ def _left_running() -> list[str]:
     found = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            marker = p.environ().get(MARKER, "")
+            marker = p.environ().get(SANDBOX, "")
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
         if marker.endswith(mine):
@@ -280,7 +281,7 @@ def _sandboxes_of(pid: int) -> list[str]:
     found = [str(p) for p in leftover_cgroups(pid)]
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if p.environ().get(MARKER, "").endswith(f"-{pid}"):
+            if p.environ().get(SANDBOX, "").endswith(f"-{pid}"):
                 found.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:120]}")
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue

@@ -21,8 +21,8 @@ import pytest
 from support import crafted, unprivileged
 
 from lab_utils import grading
+from lab_utils.config import SANDBOX
 from lab_utils.grading.execute import CapOutputBytes
-from lab_utils.grading.sandbox import MARKER
 
 # Every test here may be the one that pays for its lab's module fixtures: the papermill run
 # and the course's grading, at once (Lab 4, the slowest: about 2.5 minutes on a normal day's
@@ -370,7 +370,7 @@ def _sandboxed_processes() -> list[str]:
     mine, found = f"-{psutil.Process().pid}", []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if p.environ().get(MARKER, "").endswith(mine):
+            if p.environ().get(SANDBOX, "").endswith(mine):
                 found.append(f"{p.pid}: {' '.join(p.info['cmdline'] or [])[:120]}")
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue

