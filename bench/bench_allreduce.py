@@ -36,7 +36,7 @@ os.environ.setdefault("LABS_OFFLINE", "1")  # benchmarks never download
 from lab_utils.cluster import MPIJob  # noqa: E402 (after LABS_OFFLINE)
 from lab_utils.grading import reference_script  # noqa: E402
 from lab_utils.resources import usable_cores  # noqa: E402
-from lab_utils.training.allreduce_runs import busbw_sweep, run_hvd, run_single  # noqa: E402
+from lab_utils.training.allreduce.runs import busbw_sweep, run_hvd, run_single  # noqa: E402
 
 LAB = "04_allreduce"
 RANKS = 2

@@ -2,7 +2,7 @@
 
     python bench/bench_communication.py [--bandwidth 100mbit] [--steps 20] [--out f.json]
 
-Part A: :func:`lab_utils.training.compression_runs.run` for each method (none, fp16, onebit,
+Part A: :func:`lab_utils.training.compression.runs.run` for each method (none, fp16, onebit,
 topk; the instructor's compressors) on 2 ranks, one emulated host each: step time, the
 bytes a rank sends per step by the codec's count (``wire``) and what its host's link carried
 (``link``, the bridge port's counter: TCP/IP and Horovod's own messages on top), and their
@@ -31,8 +31,9 @@ import time
 
 from lab_utils.cluster import netem
 from lab_utils.grading import reference_script
-from lab_utils.training import compression_runs, hybrid
+from lab_utils.training import hybrid
 from lab_utils.training.compression import METHODS
+from lab_utils.training.compression import runs as compression_runs
 
 
 def main(argv=None) -> int:

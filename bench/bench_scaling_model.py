@@ -36,7 +36,9 @@ import time
 from lab_utils import simulate
 from lab_utils.cluster import netem
 from lab_utils.grading import reference_script
-from lab_utils.training import allreduce_runs, netexp, ps_runs
+from lab_utils.training import netexp
+from lab_utils.training.allreduce import runs as allreduce_runs
+from lab_utils.training.ps import runs as ps_runs
 
 TOLERANCE = 0.25
 COLUMNS = ["mode", "workers", "step_s", "predicted_step_s", "measured_throughput", "predicted_throughput", "rel_error"]

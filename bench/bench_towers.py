@@ -37,7 +37,7 @@ from lab_utils.grading import reference_script  # noqa: E402 (after LABS_OFFLINE
 from lab_utils.models import tensorflow_version  # noqa: E402
 from lab_utils.resources import usable_cores  # noqa: E402
 from lab_utils.training import devices as lab_devices  # noqa: E402
-from lab_utils.training.towers_runs import run_devices  # noqa: E402
+from lab_utils.training.towers.runs import run_devices  # noqa: E402
 
 STUDENT = reference_script("05_alexnet", "towers.py")
 DEVICES = 2

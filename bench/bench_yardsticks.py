@@ -42,7 +42,7 @@ LABS = {
     "02_ps_async": {
         "points": 2,
         "bands": [[0.5, 1.0], [0.3, 0.5]],
-        "yardstick": "lab_utils.training.ps_yardstick on the same cluster: Lab 2's traffic, no model",
+        "yardstick": "lab_utils.training.ps.yardstick on the same cluster: Lab 2's traffic, no model",
         "job": {"epochs": 2, "eval_every": 50},
         "size": {"workers": 2},
         "args": {"batch_size": 60, "learning_rate": 0.5, "seed": 0},
@@ -51,7 +51,7 @@ LABS = {
     "03_ps_sync": {
         "points": 2,
         "bands": [[0.5, 1.0], [0.3, 0.5]],
-        "yardstick": "lab_utils.training.ps_yardstick on the same cluster: Lab 2's traffic, no model, asynchronous",
+        "yardstick": "lab_utils.training.ps.yardstick on the same cluster: Lab 2's traffic, no model, asynchronous",
         "job": {"steps": 200, "eval_every": 0},
         "size": {"workers": 2},
         "args": {"batch_size": 60, "learning_rate": 0.5, "seed": 0},

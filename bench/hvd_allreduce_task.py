@@ -7,7 +7,7 @@ and negotiate), then ``--repeats`` timed ones, each after a tiny all-reduce that
 lines the ranks up (a barrier). A timed all-reduce ends when a slice of its output
 is read with ``.numpy()``: that forces completion without copying 64 MB out.
 Rank 0 reports the slowest rank's time of each repeat and their median
-(the convention of ``lab_utils.training.ring``'s ``busbw``).
+(the convention of ``lab_utils.training.allreduce.ring_check``'s ``busbw``).
 """
 
 import argparse

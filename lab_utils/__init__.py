@@ -6,15 +6,18 @@ imports TensorFlow). Generic layers first; they never import ``training`` or ``g
 - ``config``: every ``LABS_*`` environment variable, read in one place
 - ``resources``: cores and memory this session may really use (cgroups, JupyterHub)
 - ``doctor``: is this environment able to run the labs?  ``lab_utils.doctor()``
-- ``data``: MNIST and friends, offline fallbacks, sharding for N workers
+- ``data``: MNIST and friends, offline fallbacks, sharding for N workers (``data_files``: the
+  files themselves, downloaded and read; ``data_cache``: decoded once per user)
 - ``cluster``: start, watch and stop TF parameter-server clusters and MPI/Horovod jobs
 - ``report``: events (ready, step, result) written by training scripts
 - ``metrics``: dstat-like CPU, memory, network and GPU samples per role
 - ``models``: graph-mode model and loss builders shared by labs 1-3
 - ``display``: notebook or headless? the one-line progress
 - ``plots``: every figure
-- ``training``: lab-specific training code, one module per technique (``training.ps``,
-  ``training.ps_runs``: parameter-server training, Labs 2-3)
+- ``options``: a group of settings declared once as a dataclass and taken as keyword
+  arguments (the launchers' ``JobOptions``, the runs' ``RunOptions``)
+- ``training``: lab-specific training code, a package per technique (``training.ps``:
+  parameter-server training, Labs 2-3), each with a task side and a notebook side
 - ``hub``: a class on JupyterHub: ``hand_in()`` and ``feedback()`` for students, the hand-in
   service, collecting and returning for the instructor, a spawner with the class's limits
 - ``grading``: helpers used by nbgrader test cells (clamped partial credit, ratios) and the

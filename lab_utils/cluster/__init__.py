@@ -13,12 +13,18 @@ call and makes leaks impossible::
 One module per job:
 
 - ``process``: one launched process (``Task``), the one kill-tree (``terminate``),
-  the one resource-fit rule (``tasks_that_fit``, ``check_fit``), ``ClusterError``
-- ``rundir``: run directories, ``state.json``, ``reap`` and ``prune_runs``
+  the one resource-fit rule (``tasks_that_fit``, ``check_fit``; ``fit_count`` and
+  ``nothing_fits`` for the labs' own memory models), ``ClusterError``
+- ``rundir``: run directories (``new_run_dir``), ``state.json``, ``reap`` and ``prune_runs``
 - ``hosts``: how a command starts on a host (local, ssh), free ports
 - ``netem``: emulated hosts (a network namespace per host, shaped links, per-host
-  bytes) built and removed with the job; local with a note without root
-- ``job``: the life cycle every job shares (start, wait, stop, logs, repr)
+  bytes) built and removed with the job; local with a note where they cannot be built
+- ``userns``: the same hosts without root (a user namespace held by one process,
+  ``usernet``), and every local cluster's private network
+- ``netbase``: what those share (the hosts' spec, names, subnets, shaping, the base
+  network class), below both
+- ``job``: the life cycle every job shares (start, wait, stop, logs, repr) and its
+  settings, ``JobOptions`` (``TFCluster`` and ``MPIJob`` take them as keyword arguments)
 - ``tf``: ``TFCluster`` (PS + workers, or ``ps=0``: workers only, for collective
   training, or ``chief=1``: a coordinator for TF2's ``ParameterServerStrategy``) and the
   task side (``task_config``, ``start_server``)
@@ -39,9 +45,11 @@ from lab_utils.cluster.process import (
     ClusterError,
     ResourceError,
     Task,
+    fit_count,
+    nothing_fits,
     tasks_that_fit,
 )
-from lab_utils.cluster.rundir import KEEP_RUNS, prune_runs, reap, run_root
+from lab_utils.cluster.rundir import KEEP_RUNS, new_run_dir, prune_runs, reap, run_root
 from lab_utils.cluster.tf import BIND_FAILED_EXIT, TaskConfig, TFCluster, start_server, task_config
 
 __all__ = [
@@ -57,8 +65,11 @@ __all__ = [
     "reap",
     "prune_runs",
     "run_root",
+    "new_run_dir",
     "split_rank_output",
     "tasks_that_fit",
+    "fit_count",
+    "nothing_fits",
     "TF_TASK_MEMORY_BYTES",
     "GUARD_MEMORY_BYTES",
     "BIND_FAILED_EXIT",

@@ -31,6 +31,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,34 +85,49 @@ def _check_seconds(**values: Any) -> None:
             raise ValueError(f"{label} must be a positive number of seconds or None, got {value!r}")
 
 
+@dataclass(frozen=True)
+class JobOptions:
+    """The life-cycle settings every launcher (``TFCluster``, ``MPIJob``) takes as keyword arguments."""
+
+    env: Mapping[str, str] | None = None  # more environment for every task
+    run_dir: str | os.PathLike | None = None  # default: a fresh one under the run root
+    ready_timeout: float = 60.0  # seconds for every task to report ready
+    timeout: float | None = 900.0  # seconds for the whole run; None: no limit
+    stream: bool = False  # echo the tasks' output into the notebook as it comes
+    progress: bool = True  # one status line of the tasks' steps
+    guard: bool = True  # a guard per task that kills its tree when the kernel dies
+    grace: float = 3.0  # seconds between SIGTERM and SIGKILL when stopping
+    cwd: str | os.PathLike | None = None  # the tasks' working directory (default: the kernel's)
+    name: str | None = None  # the run's name (default: the script's)
+
+
 class Job:
     """Common life cycle: start (wait ready), wait, stop, results, logs, repr."""
 
     kind = "job"
 
-    def __init__(
-        self, script, args, *, env, run_dir, ready_timeout, timeout, stream, guard, grace, cwd, name, progress
-    ):
+    def __init__(self, script, args, options: JobOptions):
+        o = options
         if not isinstance(script, (str, os.PathLike)) or not str(script):
             raise ValueError(f"script must be a path to a Python file or a module name, got {script!r}")
         script = str(script)
         self.module = script[3:].strip() if script.startswith("-m ") else None
         self.script = None
         if self.module is None:
-            path = Path(script) if Path(script).is_absolute() else Path(cwd or ".") / script
+            path = Path(script) if Path(script).is_absolute() else Path(o.cwd or ".") / script
             if not path.is_file():
                 raise ValueError(
                     f"script {script!r} not found (looked at {path.resolve()}); give the path to a train_*.py file"
                 )
             self.script = str(path.resolve())
         self.args = format_args(args)
-        _check_seconds(ready_timeout=ready_timeout, timeout=timeout, grace=grace)
-        self.extra_env = dict(env or {})
-        self.ready_timeout, self.timeout, self.grace = ready_timeout, timeout, grace
-        self.stream, self.use_guard, self.progress = stream, guard, progress
-        self.cwd = str(cwd) if cwd else os.getcwd()
-        self.name = name or (Path(self.script).stem if self.script else self.module)
-        self._run_dir_arg = run_dir
+        _check_seconds(ready_timeout=o.ready_timeout, timeout=o.timeout, grace=o.grace)
+        self.extra_env = dict(o.env or {})
+        self.ready_timeout, self.timeout, self.grace = o.ready_timeout, o.timeout, o.grace
+        self.stream, self.use_guard, self.progress = o.stream, o.guard, o.progress
+        self.cwd = str(o.cwd) if o.cwd else os.getcwd()
+        self.name = o.name or (Path(self.script).stem if self.script else self.module)
+        self._run_dir_arg = o.run_dir
         self.run_dir: Path | None = None
         self.tasks: list[Task] = []
         self.notes: list[str] = []

@@ -27,8 +27,9 @@ import psutil
 from lab_utils import _guard, config, report, resources
 from lab_utils.cluster import hosts as hostlib
 from lab_utils.cluster import hvdbuild, netem
-from lab_utils.cluster.job import Job
+from lab_utils.cluster.job import Job, JobOptions
 from lab_utils.cluster.process import Task, check_fit
+from lab_utils.options import keyword_options
 
 _CONTROLLERS = ("mpi", "gloo")
 _CONTROLLER_NAMES = {"mpi": "MPI", "gloo": "Gloo"}
@@ -103,6 +104,7 @@ class MPIJob(Job):
 
     kind = "mpi"
 
+    @keyword_options(JobOptions, ready_timeout=60.0)
     def __init__(
         self,
         np: int = 2,
@@ -113,18 +115,9 @@ class MPIJob(Job):
         controller: str | None = None,
         hosts: Sequence[str] | str | os.PathLike | netem.EmulatedHosts | None = None,
         launcher_args: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-        run_dir: str | os.PathLike | None = None,
-        ready_timeout: float = 60.0,
-        timeout: float | None = 900.0,
-        stream: bool = False,
-        progress: bool = True,
         memory_per_rank: int | None = None,
         check_resources: bool = True,
-        guard: bool = True,
-        grace: float = 3.0,
-        cwd: str | os.PathLike | None = None,
-        name: str | None = None,
+        options: JobOptions,
     ):
         if isinstance(np, bool) or not isinstance(np, int) or np < 1:
             raise ValueError(f"np must be an integer >= 1, got {np!r}")
@@ -157,20 +150,7 @@ class MPIJob(Job):
             hosts = None
         if memory_per_rank is not None and memory_per_rank <= 0:
             raise ValueError(f"memory_per_rank must be a positive number of bytes, got {memory_per_rank!r}")
-        super().__init__(
-            script,
-            args,
-            env=env,
-            run_dir=run_dir,
-            ready_timeout=ready_timeout,
-            timeout=timeout,
-            stream=stream,
-            guard=guard,
-            grace=grace,
-            cwd=cwd,
-            name=name,
-            progress=progress,
-        )
+        super().__init__(script, args, options)
         self.np, self.launcher, self.controller = np, launcher, controller
         self.launcher_exe, self.hosts, self.hostfile = exe, list(hosts) if hosts else None, hostfile
         self.launcher_args = list(launcher_args)

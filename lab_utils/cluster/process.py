@@ -70,6 +70,27 @@ def tasks_that_fit(memory_per_task: int | None = None, *, guard: bool = True, av
     return int(avail // task_bytes(memory_per_task, guard=guard))
 
 
+#: What to do when a run does not fit: said by every error about memory.
+FREE_MEMORY = "close other notebooks (Kernel > Shut Down Kernel) or run `python -m lab_utils reap`"
+
+
+def fit_count(requested: int, need: Callable[[int], int], *, available: int | None = None) -> int:
+    """The largest ``n <= requested`` whose ``need(n)`` bytes fit the memory this session may
+    use (``available``: that figure, measured if None); 0 when not even one fits. The rule
+    every ``fit_*`` of the labs applies to its own memory model."""
+    avail = resources.available_memory_bytes() if available is None else available
+    return next((n for n in range(requested, 0, -1) if need(n) <= avail), 0)
+
+
+def nothing_fits(what: str, need: int, available: int) -> ResourceError:
+    """The error when not even the smallest run fits: ``what`` (``"not even 1 PS + 1 worker
+    fits: they need"``), the bytes it needs and those available, and what to do."""
+    return ResourceError(
+        f"{what} about {need / MB:,.0f} MB, {available / MB:,.0f} MB are available under this session's limit; "
+        + FREE_MEMORY
+    )
+
+
 def check_fit(
     tasks: int, what: str, memory_per_task: int | None, *, guard: bool, hint: Callable[[int], str | None]
 ) -> None:
@@ -81,9 +102,7 @@ def check_fit(
     avail = resources.available_memory_bytes()
     if tasks * per <= avail:
         return
-    advice = (
-        hint(int(avail // per)) or "close other notebooks (Kernel > Shut Down Kernel) or run `python -m lab_utils reap`"
-    )
+    advice = hint(int(avail // per)) or FREE_MEMORY
     raise ResourceError(
         f"{what} needs about {tasks * per / 1024**3:.1f} GB ({per / MB:.0f} MB per task), "
         f"{avail / 1024**3:.1f} GB available under this session's limit; {advice}"

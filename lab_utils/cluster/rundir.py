@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,6 +26,14 @@ from lab_utils.cluster.process import Recorded, create_time, same_process_alive,
 #: Run directories kept per user (logs, events, state of each cluster run); older
 #: ones whose processes have all stopped are deleted when a new run starts.
 KEEP_RUNS = 200
+
+
+def new_run_dir(kind: str) -> Path:
+    """A fresh run directory ``<run root>/<kind>-<time>-<pid>-<random>`` for a run that
+    launches several jobs or one job by hand (Labs 4-6)."""
+    path = run_root() / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{os.urandom(3).hex()}"
+    path.mkdir(parents=True)
+    return path
 
 
 def run_root(env: Mapping[str, str] | None = None) -> Path:

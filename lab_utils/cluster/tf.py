@@ -31,9 +31,10 @@ from typing import Any, NamedTuple
 from lab_utils import config, report, resources
 from lab_utils.cluster import hosts, netem
 from lab_utils.cluster.hosts import named_hosts
-from lab_utils.cluster.job import Job, pause
+from lab_utils.cluster.job import Job, JobOptions, pause
 from lab_utils.cluster.process import ClusterError, Task, check_fit, terminate
 from lab_utils.cluster.process import tail as log_tail
+from lab_utils.options import keyword_options
 
 #: Exit code :func:`start_server` uses when the gRPC server cannot bind its port.
 BIND_FAILED_EXIT = 75
@@ -149,6 +150,7 @@ class TFCluster(Job):
 
     kind = "tf"
 
+    @keyword_options(JobOptions, ready_timeout=120.0)
     def __init__(
         self,
         ps: int = 1,
@@ -158,21 +160,12 @@ class TFCluster(Job):
         *,
         hosts: Sequence[str] | str | netem.EmulatedHosts | None = None,
         ssh: Sequence[str] | str = ("ssh", "-o", "BatchMode=yes"),
-        env: Mapping[str, str] | None = None,
-        run_dir: str | os.PathLike | None = None,
-        ready_timeout: float = 120.0,
-        timeout: float | None = 900.0,
-        stream: bool = False,
-        progress: bool = True,
         memory_per_task: int | None = None,
         check_resources: bool = True,
         start_retries: int = 3,
-        guard: bool = True,
-        grace: float = 3.0,
-        cwd: str | os.PathLike | None = None,
-        name: str | None = None,
         exposed_ok: bool | None = None,
         chief: int = 0,
+        options: JobOptions,
     ):
         ps, workers, chief = _count("ps", ps), _count("workers", workers), _count("chief", chief)
         if workers == 0:
@@ -199,20 +192,7 @@ class TFCluster(Job):
                 )
         if memory_per_task is not None and memory_per_task <= 0:
             raise ValueError(f"memory_per_task must be a positive number of bytes, got {memory_per_task!r}")
-        super().__init__(
-            script,
-            args,
-            env=env,
-            run_dir=run_dir,
-            ready_timeout=ready_timeout,
-            timeout=timeout,
-            stream=stream,
-            guard=guard,
-            grace=grace,
-            cwd=cwd,
-            name=name,
-            progress=progress,
-        )
+        super().__init__(script, args, options)
         self.ps, self.workers, self.chief = ps, workers, chief
         self.hosts = hosts or [None] * n
         self.emulate = emulate

@@ -6,7 +6,7 @@ The reference is not shipped. A **yardstick** is: a job of the same shape that i
 solution, run with the same launcher, processes and data:
 
 - Lab 1: the same graph and session, 520 plain ``sess.run(train_op)`` steps (no timing code);
-- Labs 2-3: :mod:`lab_utils.training.ps_yardstick`, Lab 2's parameter-server traffic and
+- Labs 2-3: :mod:`lab_utils.training.ps.yardstick`, Lab 2's parameter-server traffic and
   arithmetic with no model;
 - Lab 4: TensorFlow's ``MultiWorkerMirroredStrategy`` on the same ranks and model;
 - Lab 5: one device, with the batch of all the towers.
@@ -84,21 +84,21 @@ def jobs(lab: str, student, size: dict, args: dict | None = None, job: dict | No
     args = {k: v for k, v in dict(args or {}).items() if not ("steps" in job and k == "epochs")}
     args.update(job)
     if lab in ("02_ps_async", "03_ps_sync"):
-        from lab_utils.training import ps_runs
+        from lab_utils.training.ps import runs as ps_runs
 
         def ps_job(script):
             return lambda: ps_runs.run_ps(script, workers=size["workers"], args=args, monitor=False, progress=False)
 
-        return ps_job(student), ps_job("-m lab_utils.training.ps_yardstick")
+        return ps_job(student), ps_job("-m lab_utils.training.ps.yardstick")
     if lab == "04_allreduce":
-        from lab_utils.training import allreduce_runs
+        from lab_utils.training.allreduce import runs as allreduce_runs
 
         return (
             lambda: allreduce_runs.run_hvd(student, size["ranks"], args=args, progress=False),
             lambda: allreduce_runs.run_mwms(size["ranks"], args=args, progress=False),
         )
     if lab == "05_alexnet":
-        from lab_utils.training import towers_runs
+        from lab_utils.training.towers import runs as towers_runs
 
         d = size["devices"]
         one = {**args, "batch_size": args["batch_size"] * d}

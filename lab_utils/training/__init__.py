@@ -1,36 +1,67 @@
-"""Lab-specific training code: one module per technique.
+"""Lab-specific training code: one package per technique, on one shared layer.
 
-- ``loop``: the pieces every technique reuses: this worker's shard of the data,
-  the step loop (``report.step`` events, evaluations kept out of training time)
-  and the timed result dict.
-- ``ps``: the task side of parameter-server training (Labs 2 and 3): settings,
-  command line, graph hand-off, start barrier, the synchronous shutdown protocol.
-- ``ps_runs``: the notebook side of Labs 2 and 3: launch a PS cluster, turn what
-  it reported into the CS 744 tables and figures, inspect a student's graph.
-- ``ps_hand`` (+ ``ps_hand_runs``): Lab 2, Part 1: a 1 PS + 1 worker cluster whose
-  tasks build their own TF_CONFIG with the student's functions, from the CS 744 flags.
-- ``ps_strategy`` (+ ``ps_strategy_runs``): Lab 2's TF2 aside: the same training with
-  ``ParameterServerStrategy`` and a ``ClusterCoordinator`` on a chief task.
+Every technique package has two sides, and the rule that keeps them apart:
 
-- ``ring``: Lab 4, Part A, the task side under ``mpirun``: a student's
-  ``ring_allreduce`` checked against MPI's ``Allreduce`` (bytes sent counted) and
-  timed against it and a ``memcpy``.
-- ``allreduce``: Lab 4's task side for data-parallel training: settings, the data
-  order every method shares, models, the loop that ``train_hvd.py`` calls, and the
-  references without Horovod (one big-batch process, MultiWorkerMirroredStrategy).
-- ``allreduce_runs``: Lab 4 from the notebook: ring checks, bandwidth sweeps,
-  Horovod / one-process / MWMS runs, weight comparisons, the timeline summary,
-  scaling tables.
+- ``task.py`` (and its task-side helpers) runs in a *launched process*: a PS or
+  worker task, an MPI rank. It may import TensorFlow, Horovod and mpi4py; it never
+  imports pandas, matplotlib, :mod:`lab_utils.cluster`'s launchers,
+  :mod:`lab_utils.metrics`, :mod:`lab_utils.plots` or any ``runs`` module.
+- ``runs.py`` (and ``*_runs.py``) runs in the *notebook kernel*: it launches the
+  tasks, reads what they reported and makes the tables and figures. It never
+  imports TensorFlow or Horovod.
 
-- ``netexp`` (+ ``netexp_task``): Lab 4, Part D: PS against ring all-reduce on
-  emulated links.
-- ``devices``, ``towers``, ``towers_runs``: Lab 5 (AlexNet on several devices).
-- Lab 6: ``compression`` (+ ``compression_task``, ``compression_runs``): the
-  students' 1-bit and top-k compressors with error feedback, exchanged with Horovod;
-  ``ssp`` (+ ``ssp_runs``): stale-synchronous parallel on the Lab 2-3 PS; ``hybrid``
-  (+ ``hybrid_task``): Parallax's sparse-through-PS, dense-through-all-reduce. The
-  scaling model is :mod:`lab_utils.simulate` (no processes, so not here).
+=================  ============================================  ==========
+package            what                                          labs
+=================  ============================================  ==========
+``ps``             parameter server: async, sync, by hand, TF2   2, 3, 6
+``ssp``            stale-synchronous parallel on that PS         6
+``allreduce``      ring all-reduce checks, Horovod, references   4
+``netexp``         PS against ring on emulated links             4
+``towers``         AlexNet on several devices                    5
+``compression``    fp16, 1-bit, top-k with error feedback        6
+``hybrid``         sparse through a PS, dense through all-reduce 6
+=================  ============================================  ==========
+
+Shared, written once beside them: ``loop`` (task side: the shard, the step loop,
+the timed result), ``devices`` (task side: Lab 5's device tiers), ``student``
+(loading a student's file with a clear error), ``runs`` (kernel side: the ``Run``
+base class, the run options, the every-rank check) and ``tables`` (one
+``scaling_table``). The scaling model is :mod:`lab_utils.simulate` (it starts no
+process). ``python -m lab_utils.training.allreduce`` and ``... .towers`` run a
+package's task.
+
+A package's attributes are its *front* module's, imported on first use: ``ps.train_worker``
+is ``ps.task``'s, ``netexp.run`` is ``netexp.runs``' (see :mod:`lab_utils.training._exports`).
+The modules' former flat names (``ps_runs``, ``allreduce_runs``, ...) still answer
+``from lab_utils.training import ps_runs`` for one term, with a ``FutureWarning``
+naming the new import.
 
 The generic layers (cluster, metrics, data, report, plots, ...) never import this
 package. Importing a module here does not import TensorFlow.
 """
+
+from lab_utils.training._exports import renamed
+
+#: Former module names (until the spring 2027 term), for notebooks saved before the layout changed.
+FORMER_NAMES = {
+    "ps_settings": "ps.settings",
+    "ps_defaults": "ps.defaults",
+    "ps_hand": "ps.hand",
+    "ps_hand_runs": "ps.hand_runs",
+    "ps_strategy": "ps.strategy",
+    "ps_strategy_runs": "ps.strategy_runs",
+    "ps_demos": "ps.demo_runs",
+    "ps_runs": "ps.runs",
+    "ps_yardstick": "ps.yardstick",
+    "inspect": "ps.describe",
+    "ssp_runs": "ssp.runs",
+    "allreduce_runs": "allreduce.runs",
+    "ring": "allreduce.ring_check",
+    "towers_runs": "towers.runs",
+    "compression_runs": "compression.runs",
+    "compression_task": "compression.task",
+    "netexp_task": "netexp.task",
+    "hybrid_task": "hybrid.task",
+}
+
+__getattr__ = renamed(__name__, FORMER_NAMES)

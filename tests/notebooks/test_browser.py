@@ -27,7 +27,7 @@ import pytest
 from support import crafted, make_lab
 from support.poll import poll_for
 
-from lab_utils.grading import course
+from lab_utils.grading import layout
 
 pytestmark = pytest.mark.browser
 
@@ -49,7 +49,7 @@ def _write(nb, path: Path, params: dict) -> Path:
 
 
 INTERRUPT_SOURCE = """from lab_utils.grading import reference_script
-from lab_utils.training import ps_runs
+from lab_utils.training.ps import runs as ps_runs
 # a run far longer than this test waits: the Interrupt button must stop it
 ps_runs.run_ps(reference_script("02_ps_async", "train_async.py"), workers=2,
                args={"epochs": 200, "eval_every": 0}, live=True)
@@ -59,11 +59,11 @@ ps_runs.run_ps(reference_script("02_ps_async", "train_async.py"), workers=2,
 @pytest.fixture(scope="module")
 def notebooks(tmp_path_factory):
     folder = tmp_path_factory.mktemp("browser") / "labs"
-    ci = {lab: course.lab_settings(lab)["ci"] for lab in ("01_single_node", "02_ps_async")}
+    ci = {lab: layout.lab_settings(lab)["ci"] for lab in ("01_single_node", "02_ps_async")}
     lab1 = _write(
         crafted.correct("01_single_node"), folder / "01_single_node" / "01_single_node.ipynb", ci["01_single_node"]
     )
-    source = nbformat.read(course.source_notebook("02_ps_async"), as_version=4)
+    source = nbformat.read(layout.source_notebook("02_ps_async"), as_version=4)
     lab2 = _write(source, folder / "02_ps_async" / "02_ps_async.ipynb", ci["02_ps_async"])
     stop = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(INTERRUPT_SOURCE)])
     stop.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}

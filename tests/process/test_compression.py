@@ -15,7 +15,8 @@ import pytest
 
 from lab_utils.cluster import netem
 from lab_utils.grading import reference_script
-from lab_utils.training import compression, compression_runs
+from lab_utils.training import compression
+from lab_utils.training.compression import runs as compression_runs
 
 pytestmark = pytest.mark.horovod
 

@@ -12,7 +12,7 @@ import psutil
 from support.procs import alive
 
 from lab_utils.grading import reference_script
-from lab_utils.training import ps_demos
+from lab_utils.training.ps import demo_runs as ps_demos
 
 STEPS = 100
 

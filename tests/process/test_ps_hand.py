@@ -16,8 +16,8 @@ import pytest
 
 from lab_utils.cluster import ClusterError
 from lab_utils.grading import reference_script
-from lab_utils.grading.course import GRADING_ROOT
-from lab_utils.training import ps_runs
+from lab_utils.grading.layout import GRADING_ROOT
+from lab_utils.training.ps import runs as ps_runs
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""lab_utils.training.ps_runs against real processes: a student's graph built out of the kernel,
+"""lab_utils.training.ps.runs against real processes: a student's graph built out of the kernel,
 and one small cluster run whose tables must agree with each other. The scripts are the
 instructor notebooks' solutions (``lab_utils.grading.reference_script``)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lab_utils.grading import reference_script
-from lab_utils.training import ps_runs
+from lab_utils.training.ps import runs as ps_runs
 
 ASYNC = ("02_ps_async", "train_async.py")
 SYNC = ("03_ps_sync", "train_sync.py")

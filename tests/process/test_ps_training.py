@@ -18,10 +18,10 @@ import psutil
 import pytest
 
 from lab_utils import report
-from lab_utils.cluster import ClusterError, TFCluster
+from lab_utils.cluster import GUARD_MEMORY_BYTES, ClusterError, TFCluster
 from lab_utils.data import load_mnist
 from lab_utils.grading import reference_script
-from lab_utils.training import ps_runs
+from lab_utils.training.ps import runs as ps_runs
 
 RUN_BOUND = 120.0  # seconds: a run that takes longer than this counts as hung
 
@@ -78,7 +78,7 @@ def test_async_reaches_accuracy_and_reports_throughput(scripts):
     results, steps, _ = run(scripts["async"], {"steps": 200, "batch_size": 50, "eval_every": 50}, peaks=peaks)
     # What lab_utils fits clusters by (a Binder session of 2 GB holds 1 PS + 2 workers by it)
     # holds what each task really added: its private memory, its guard's included.
-    guard = ps_runs.GUARD_MEMORY_BYTES
+    guard = GUARD_MEMORY_BYTES
     assert sorted(peaks) == ["ps:0", "worker:0", "worker:1"], peaks
     assert 0 < peaks["ps:0"] <= ps_runs.task_memory("ps") + guard, peaks
     assert all(0 < peaks[w] <= ps_runs.task_memory("worker") + guard for w in ("worker:0", "worker:1")), peaks

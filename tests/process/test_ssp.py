@@ -15,7 +15,7 @@ import pytest
 from lab_utils import report
 from lab_utils.cluster import ClusterError, TFCluster
 from lab_utils.grading import reference_script
-from lab_utils.training import ssp_runs
+from lab_utils.training.ssp import runs as ssp_runs
 
 SCRIPT = reference_script("06_communication", "train_ssp.py")  # the instructor notebook's
 RUN_BOUND = 120.0  # seconds: a run that takes longer than this counts as hung

@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 from lab_utils.grading import reference_script
-from lab_utils.training import allreduce, towers_runs
+from lab_utils.training import allreduce
+from lab_utils.training.towers import runs as towers_runs
 
 SOLUTION = reference_script("05_alexnet", "towers.py")  # the notebook's solution, extracted
 BATCH = 32  # per device: one device trains on 2 x BATCH
@@ -129,7 +130,7 @@ def test_the_task_refuses_bad_values_before_loading_tensorflow(tmp_path):
     out = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert out.returncode == 2 and "--method single trains on one device" in out.stderr, out.stderr
     code = (
-        "import sys, lab_utils.training.towers_runs, lab_utils.training.towers, lab_utils.training.devices;"
+        "import sys, lab_utils.training.towers.runs, lab_utils.training.towers, lab_utils.training.devices;"
         "print('tensorflow' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

@@ -13,8 +13,9 @@ import sys
 import pytest
 
 from lab_utils.grading import reference_script
-from lab_utils.training import allreduce, towers_runs
+from lab_utils.training import allreduce
 from lab_utils.training import devices as lab_devices
+from lab_utils.training.towers import runs as towers_runs
 
 GPUS = lab_devices.nvidia_gpus()
 

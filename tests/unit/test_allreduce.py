@@ -12,7 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab_utils.training import allreduce, allreduce_runs, ring
+from lab_utils.training import allreduce, tables
+from lab_utils.training import runs as training_runs
+from lab_utils.training.allreduce import ring_check as ring
+from lab_utils.training.allreduce import runs as allreduce_runs
 
 
 def _data(n=12):
@@ -140,7 +143,7 @@ def _run(method, n, eps):
 
 
 def test_scaling_table_speedup_efficiency_and_oversubscription(monkeypatch):
-    monkeypatch.setattr(allreduce_runs, "usable_cores", lambda: 2)
+    monkeypatch.setattr(tables, "usable_cores", lambda: 2)
     ps = [SimpleNamespace(mode="sync", workers=n, examples_per_sec=e) for n, e in ((1, 100.0), (2, 150.0))]
     t = allreduce_runs.scaling_table([_run("horovod (gloo)", 1, 100.0), _run("horovod (gloo)", 2, 180.0), *ps])
     hvd = t[t["method"] == "horovod (gloo)"].set_index("workers")
@@ -186,12 +189,11 @@ def test_timeline_summary_counts_parallel_tensors_once(tmp_path, unfinished):
     assert t.loc["ALLREDUCE", "seconds"] == pytest.approx(2 * 0.001)
     assert t.loc["ALLREDUCE", "cycles"] == 2 and "GLOO_ALLREDUCE" not in t.index  # nested: inside ALLREDUCE
     run = allreduce_runs.TrainRun(
-        "x",
         "horovod (gloo)",
         2,
         {"rank:0": {"steps": 3, "warmup_steps": 1, "train_time": 0.010, "accuracy": 0.9}},
-        pd.DataFrame(),
-        1.0,
+        label="x",
+        wall_time=1.0,
         timeline_path=str(path),
     )
     per_step = allreduce_runs.timeline_summary(run)
@@ -239,13 +241,19 @@ print(tf.function(lambda: hvd.grouped_allreduce([tf.ones(2)], op=hvd.Average))()
 
 
 @pytest.mark.parametrize(
-    "run, job, key, kind",
+    "run, where, job, key, kind",
     [
-        (lambda a: allreduce_runs.run_hvd("train_hvd.py", 2, args=a), "MPIJob", "memory_per_rank", "horovod"),
-        (lambda a: allreduce_runs.run_mwms(2, args=a), "TFCluster", "memory_per_task", "mwms"),
+        (
+            lambda a: allreduce_runs.run_hvd("train_hvd.py", 2, args=a),
+            training_runs,
+            "MPIJob",
+            "memory_per_rank",
+            "horovod",
+        ),
+        (lambda a: allreduce_runs.run_mwms(2, args=a), allreduce_runs, "TFCluster", "memory_per_task", "mwms"),
     ],
 )
-def test_alexnet_processes_are_counted_at_their_measured_memory(monkeypatch, tmp_path, run, job, key, kind):
+def test_alexnet_processes_are_counted_at_their_measured_memory(monkeypatch, tmp_path, run, where, job, key, kind):
     """The resource check counts an AlexNet rank at what one was measured to hold (a Horovod rank
     0.49 GB, an MWMS worker 0.71 GB at width 1.0), not at a small MNIST task's 288 MB."""
     monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path))
@@ -258,7 +266,7 @@ def test_alexnet_processes_are_counted_at_their_measured_memory(monkeypatch, tmp
         seen.append(kwargs[key])
         raise Stop
 
-    monkeypatch.setattr(allreduce_runs, job, capture)
+    monkeypatch.setattr(where, job, capture)
     for model in ("alexnet", "logreg"):
         with pytest.raises(Stop):
             run({"model": model, "steps": 2})

@@ -15,8 +15,10 @@ import pandas as pd
 import pytest
 
 from lab_utils.grading import reference_script
-from lab_utils.training import compression, compression_runs, compression_task
+from lab_utils.training import compression
 from lab_utils.training.compression import ErrorFeedback, OneBit, TopK, message_bytes, topk_decompress, wire_bytes
+from lab_utils.training.compression import runs as compression_runs
+from lab_utils.training.compression import task as compression_task
 
 REFERENCE = reference_script("06_communication", "compressors.py")
 STUDENT = compression_task.load_compressors(REFERENCE, "topk")
@@ -353,12 +355,12 @@ def test_check_student_runs_two_steps_in_the_kernel_and_names_what_is_wrong(tmp_
 
 def test_make_exchange_checks_before_importing_horovod():
     with pytest.raises(ValueError, match="method must be one of"):
-        compression.make_exchange("gzip", [])
+        compression_task.make_exchange("gzip", [])
     for method in ("onebit", "topk"):
         with pytest.raises(ValueError, match=f"'{method}' needs student="):
-            compression.make_exchange(method, [])
+            compression_task.make_exchange(method, [])
     with pytest.raises(ValueError, match=r"missing \['topk'\]"):
-        compression.make_exchange("topk", [], student=SimpleNamespace(onebit=onebit))
+        compression_task.make_exchange("topk", [], student=SimpleNamespace(onebit=onebit))
     codec = compression.make_codec("topk", STUDENT, ratio=0.25)
     assert isinstance(codec, TopK) and codec.select is topk and codec.count(8) == 2
     assert repr(codec) == "TopK(topk, ratio=0.25)"

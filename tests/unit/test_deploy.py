@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from lab_utils.grading import leaks
-from lab_utils.training import ps_runs
+from lab_utils.training.ps import runs as ps_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 TF_PIN = "2.15.1"
@@ -293,7 +293,9 @@ def _lost(lab: str, available: int, cores: int) -> list[str]:
     """What ``lab``'s largest default clusters lose when ``available`` bytes are left beside
     the kernel, by the rules the lab's own runs fit their clusters by (empty: nothing)."""
     from lab_utils.cluster import GUARD_MEMORY_BYTES, ResourceError
-    from lab_utils.training import allreduce_runs, hybrid, towers_runs
+    from lab_utils.training import hybrid
+    from lab_utils.training.allreduce import runs as allreduce_runs
+    from lab_utils.training.towers import runs as towers_runs
 
     p, lost = _defaults(lab), []
     if lab in ("02_ps_async", "03_ps_sync"):  # 1 PS + the workers
@@ -301,7 +303,7 @@ def _lost(lab: str, available: int, cores: int) -> list[str]:
         got = ps_runs.fit_workers(want, available=available, cores=cores)
         lost += [f"1 PS + {want} workers: {got} fit"] if got != want else []
         if lab == "02_ps_async":  # the TF2 aside: a chief, 1 PS and 2 workers
-            from lab_utils.training import ps_strategy_runs
+            from lab_utils.training.ps import strategy_runs as ps_strategy_runs
 
             try:
                 tf2 = ps_strategy_runs.fit_strategy_workers(2, available=available)

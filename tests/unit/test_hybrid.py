@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from lab_utils.cluster import netem
-from lab_utils.training import hybrid, hybrid_task, netexp
+from lab_utils.training import runs as training_runs
+from lab_utils.training.hybrid import runs as hybrid
+from lab_utils.training.hybrid import task as hybrid_task
 
 SMALL = hybrid_task.Settings(batch_size=64, users=500, items=2000, dim=8, hidden=16)
 
@@ -31,7 +33,7 @@ SMALL = hybrid_task.Settings(batch_size=64, users=500, items=2000, dim=8, hidden
     ],
 )
 def test_run_refuses_bad_arguments_before_launching(kwargs, match, monkeypatch):
-    monkeypatch.setattr(netexp, "MPIJob", None)  # nothing may launch
+    monkeypatch.setattr(training_runs, "MPIJob", None)  # nothing may launch
     with pytest.raises(ValueError, match=match):
         hybrid.run(**kwargs)
 
@@ -181,12 +183,12 @@ class _FakeJob:
 
 
 def test_a_runs_row_from_the_ranks_results_and_the_link_counters(monkeypatch):
-    monkeypatch.setattr(netexp, "MPIJob", _FakeJob)
+    monkeypatch.setattr(training_runs, "MPIJob", _FakeJob)
     row = hybrid.run("hybrid", 2, hosts="emulated:100mbit", steps=3, warmup=1)
     job = _FakeJob.made[-1]
     assert job.np == 3  # a PS and two workers
     assert job.args["mode"] == "hybrid" and job.args["steps"] == 3
-    assert job.kwargs["launcher"] == "mpirun" and job.kwargs["launcher_args"] == netexp.RING
+    assert job.kwargs["launcher"] == "mpirun" and job.kwargs["launcher_args"] == training_runs.RING
     assert row["step_s"] == pytest.approx(0.7)  # the slowest worker
     assert row["examples_per_s"] == 1024.0
     assert row["sparse_mb"] == pytest.approx(0.3) and row["dense_mb"] == pytest.approx(6.0)
@@ -202,13 +204,13 @@ def test_an_incomplete_run_is_an_error(monkeypatch):
         def wait(self):
             return {k: v for k, v in super().wait().items() if k != "rank:2"}
 
-    monkeypatch.setattr(netexp, "MPIJob", Lost)
+    monkeypatch.setattr(training_runs, "MPIJob", Lost)
     with pytest.raises(RuntimeError, match="hybrid with 2 workers: not every rank reported"):
         hybrid.run("hybrid", 2, hosts="local")
 
 
 def test_each_mode_is_checked_with_its_own_measured_rank_memory(monkeypatch):
-    monkeypatch.setattr(netexp, "MPIJob", _FakeJob)
+    monkeypatch.setattr(training_runs, "MPIJob", _FakeJob)
     for mode in hybrid.MODES:
         if mode == "allreduce":  # the fake job's results hold a PS: the run refuses them, after launching
             with pytest.raises(RuntimeError, match="not every rank reported"):

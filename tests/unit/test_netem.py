@@ -114,7 +114,7 @@ def test_mpijob_takes_emulated_hosts():
 
 
 def test_netexp_speedups_are_over_each_mode_s_own_smallest_run(monkeypatch):
-    from lab_utils.training import netexp
+    from lab_utils.training.netexp import runs as netexp
 
     rates = {("ps", 1): 50.0, ("ps", 4): 100.0, ("allreduce", 1): 60.0, ("allreduce", 4): 180.0}
     monkeypatch.setattr(
@@ -284,7 +284,7 @@ def test_where_no_links_can_be_made_netexp_shows_the_shipped_reference_labelled(
 
     matplotlib.use("Agg")
     from lab_utils import reference_runs
-    from lab_utils.training import netexp
+    from lab_utils.training.netexp import runs as netexp
 
     monkeypatch.setattr(netem, "unavailable_reason", lambda: "user namespaces are off here (sysctl -w ...)")
     rates = {("ps", 1): 50.0, ("ps", 4): 190.0, ("allreduce", 1): 60.0, ("allreduce", 4): 230.0}

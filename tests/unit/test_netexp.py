@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from lab_utils.training import netexp, netexp_task
+from lab_utils.training import runs as training_runs
+from lab_utils.training.netexp import runs as netexp
+from lab_utils.training.netexp import task as netexp_task
 
 
 @pytest.mark.parametrize(
@@ -23,7 +25,7 @@ from lab_utils.training import netexp, netexp_task
     ],
 )
 def test_run_refuses_bad_sizes_before_launching(kwargs, match, monkeypatch):
-    monkeypatch.setattr(netexp, "MPIJob", None)  # nothing may launch
+    monkeypatch.setattr(training_runs, "MPIJob", None)  # nothing may launch
     with pytest.raises(ValueError, match=match):
         netexp.run(hosts="local", **kwargs)
 

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from lab_utils.training import ps_defaults, ps_demos
-from lab_utils.training import ps_settings as pst
+from lab_utils.training.ps import defaults as ps_defaults
+from lab_utils.training.ps import demo_runs as ps_demos
+from lab_utils.training.ps import settings as pst
 
 
 def tf_config(workers=2):

@@ -1,4 +1,4 @@
-"""Unit tests for Lab 2's cluster by hand (Part 1; lab_utils.training.ps_hand, ps_hand_runs):
+"""Unit tests for Lab 2's cluster by hand (Part 1; lab_utils.training.ps.hand, ps_hand_runs):
 the CS 744 flags, the checks of what a student's functions return, a task's way to a clear
 error, and the launcher's translation of TF_CONFIG into the flags. No process starts and
 TensorFlow is not imported: every path here ends before the server."""
@@ -12,8 +12,10 @@ import types
 
 import pytest
 
-from lab_utils.training import ps_hand, ps_hand_runs, ps_runs
-from lab_utils.training.ps_hand import TwoTasksError, check_cluster, check_tf_config, parse_flags
+from lab_utils.training.ps import hand as ps_hand
+from lab_utils.training.ps import hand_runs as ps_hand_runs
+from lab_utils.training.ps import runs as ps_runs
+from lab_utils.training.ps.hand import TwoTasksError, check_cluster, check_tf_config, parse_flags
 
 
 @pytest.fixture(autouse=True)
@@ -159,7 +161,7 @@ def test_main_ends_the_task_with_exit_2_and_a_problem_event(spec, tf_config, mes
     out = capsys.readouterr().out.splitlines()
     problems = [json.loads(line) for line in out if line.startswith("{") and '"problem"' in line]
     assert len(problems) == 1 and message in problems[0]["message"], out
-    assert out[-1].startswith("lab_utils.training.ps_hand: ps:0: ") and message in out[-1]
+    assert out[-1].startswith("lab_utils.training.ps.hand: ps:0: ") and message in out[-1]
     assert os.environ["TF_CONFIG"] == "the launcher's", "no TF_CONFIG is set from a wrong one"
 
 

@@ -1,4 +1,4 @@
-"""lab_utils.training.ps_runs without processes: worker fitting, tables and figures from synthetic results."""
+"""lab_utils.training.ps.runs without processes: worker fitting, tables and figures from synthetic results."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from lab_utils import data
 from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ResourceError
-from lab_utils.training import ps_runs
+from lab_utils.training.ps import runs as ps_runs
 
 PER_TASK = ps_runs.task_memory() + GUARD_MEMORY_BYTES  # a worker's
 PS_TASK = ps_runs.task_memory("ps") + GUARD_MEMORY_BYTES

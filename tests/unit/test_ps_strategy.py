@@ -1,5 +1,5 @@
 """Unit tests for Lab 2's TF2 aside: TFCluster's chief role (layout, TF_CONFIG, bad input),
-lab_utils.training.ps_strategy's command line and server probe, and what
+lab_utils.training.ps.strategy's command line and server probe, and what
 ps_runs.run_ps_strategy refuses and shows. No process starts; TensorFlow is not imported."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lab_utils.cluster import TFCluster, task_config
-from lab_utils.training import ps_runs, ps_strategy
+from lab_utils.cluster import ResourceError, TFCluster, task_config
+from lab_utils.training.ps import runs as ps_runs
+from lab_utils.training.ps import strategy as ps_strategy
 
 SCRIPT = str(Path(__file__).resolve().parents[1] / "fixtures" / "cluster_task.py")
 
@@ -65,7 +66,7 @@ def test_the_memory_check_counts_the_chief(monkeypatch):
 
     monkeypatch.setattr(resources, "available_memory_bytes", lambda: 3 * (100 + 15) * 1024**2)
     c = TFCluster(ps=1, workers=2, chief=1, script=SCRIPT, memory_per_task=100 * 1024**2, progress=False)
-    with pytest.raises(ps_runs.ResourceError, match="1 chief \\+ 1 PS \\+ 2 workers needs .*try workers=1"):
+    with pytest.raises(ResourceError, match="1 chief \\+ 1 PS \\+ 2 workers needs .*try workers=1"):
         c.start()
 
 
@@ -109,13 +110,13 @@ def test_run_ps_strategy_refuses_bad_input_before_starting_anything(kwargs, matc
 
 
 def test_fit_strategy_workers_scales_down_to_what_fits_and_says_so(capsys):
-    from lab_utils.training.ps_strategy_runs import fit_strategy_workers, strategy_memory
+    from lab_utils.training.ps.strategy_runs import fit_strategy_workers, strategy_memory
 
     assert fit_strategy_workers(2, available=strategy_memory(2)) == 2
     assert capsys.readouterr().out == ""
     assert fit_strategy_workers(3, available=strategy_memory(2) - 1) == 1
     assert "3 workers do not fit here beside a chief and a PS" in capsys.readouterr().out
-    with pytest.raises(ps_runs.ResourceError, match="not even 1 chief \\+ 1 PS \\+ 1 worker fits"):
+    with pytest.raises(ResourceError, match="not even 1 chief \\+ 1 PS \\+ 1 worker fits"):
         fit_strategy_workers(2, available=strategy_memory(1) - 1)
 
 
@@ -180,7 +181,7 @@ def test_a_one_cpu_session_still_gets_two_interop_threads():
     """Under Binder's 1-CPU quota the launcher sizes TensorFlow's pools to 1; a worker of a
     ParameterServerStrategy cluster then deadlocked on its reads from the PS (every task idle
     until the launcher's timeout). Its tasks raise the inter-op pool to 2 before TensorFlow starts."""
-    from lab_utils.training import ps_strategy
+    from lab_utils.training.ps import strategy as ps_strategy
 
     env = {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1"}
     ps_strategy.enough_interop_threads(env)

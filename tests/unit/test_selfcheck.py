@@ -12,7 +12,7 @@ from support.fakeclock import FakeClock
 
 from lab_utils import reference_runs
 from lab_utils.grading import selfcheck, throughput
-from lab_utils.grading.course import GRADING_ROOT
+from lab_utils.grading.layout import GRADING_ROOT
 
 LABS = ["01_single_node", "02_ps_async", "03_ps_sync", "04_allreduce", "05_alexnet"]
 
@@ -21,7 +21,6 @@ LABS = ["01_single_node", "02_ps_async", "03_ps_sync", "04_allreduce", "05_alexn
 def clock(monkeypatch):
     c = FakeClock()
     monkeypatch.setattr(throughput, "_clock", c)
-    monkeypatch.delenv("LAB_GRADING", raising=False)
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     return c
 
@@ -68,13 +67,13 @@ def test_while_grading_it_runs_nothing(clock, lab, monkeypatch, capsys):
 
 
 def test_jobs_take_the_published_length_and_drop_epochs(lab, monkeypatch):
-    from lab_utils.training import ps_runs
+    from lab_utils.training.ps import runs as ps_runs
 
     calls = []
     monkeypatch.setattr(ps_runs, "run_ps", lambda script, **kw: calls.append((script, kw)))
     mine, yard = selfcheck.jobs("02_ps_async", "train_async.py", {"workers": 2}, {"epochs": 2, "batch_size": 60})
     mine(), yard()
-    assert [c[0] for c in calls] == ["train_async.py", "-m lab_utils.training.ps_yardstick"]
+    assert [c[0] for c in calls] == ["train_async.py", "-m lab_utils.training.ps.yardstick"]
     assert calls[0][1]["args"] == calls[1][1]["args"] == {"batch_size": 60, "steps": 10}
     assert calls[0][1]["workers"] == 2
     with pytest.raises(ValueError, match="no yardstick jobs"):
@@ -135,7 +134,7 @@ def test_the_bench_measures_a_lab_and_publishes_only_complete_measurements(tmp_p
     import subprocess
     import sys
 
-    from lab_utils.grading.course import REPO_ROOT
+    from lab_utils.grading.layout import REPO_ROOT
 
     bench = [sys.executable, str(REPO_ROOT / "bench" / "bench_yardsticks.py")]
     one = tmp_path / "one.json"

@@ -9,7 +9,10 @@ import pandas as pd
 import pytest
 
 from lab_utils.grading import reference_script
-from lab_utils.training import ps, ps_runs, ssp, ssp_runs
+from lab_utils.training import ps
+from lab_utils.training.ps import runs as ps_runs
+from lab_utils.training.ssp import clocks as ssp
+from lab_utils.training.ssp import runs as ssp_runs
 
 REFERENCE = reference_script("06_communication", "train_ssp.py")  # the instructor notebook's
 

@@ -14,7 +14,8 @@ import pytest
 
 from lab_utils import models
 from lab_utils.grading import reference_script
-from lab_utils.training import allreduce, devices, towers, towers_runs
+from lab_utils.training import allreduce, devices, tables, towers
+from lab_utils.training.towers import runs as towers_runs
 
 SOLUTION = reference_script("05_alexnet", "towers.py")  # the notebook's solution, extracted
 
@@ -199,7 +200,7 @@ def _run(method, n, batch, examples_per_sec=None, *, oom=False, monitor=True, st
         result.update(oom=False, examples=examples, local_steps=steps, train_time=examples / examples_per_sec)
         result.update(loss_first=2.3, loss=2.1, accuracy=0.2)
     mon = FakeMonitor(peak_cpu=100.0 * n) if monitor else None
-    return towers_runs.DeviceRun(f"{method}{n}", method, n, result, pd.DataFrame(), 3.0, monitor=mon)
+    return towers_runs.DeviceRun(method, n, result, label=f"{method}{n}", wall_time=3.0, monitor=mon)
 
 
 def test_a_run_s_hang_guard_is_sized_to_its_work():
@@ -226,7 +227,7 @@ def test_device_run_properties_and_repr():
     assert oom.oom and math.isnan(oom.examples_per_sec) and math.isnan(oom.s_per_batch)
     assert "OUT OF MEMORY" in repr(oom) and "300 MB" in repr(oom)
     with pytest.raises(ValueError, match="ran out of memory"):
-        towers_runs.DeviceRun("x", "towers", 2, oom.result, pd.DataFrame(), 1.0, weights_path="w.npz").weights()
+        towers_runs.DeviceRun("towers", 2, oom.result, label="x", wall_time=1.0, weights_path="w.npz").weights()
     with pytest.raises(ValueError, match="without save_weights=True"):
         run.weights()
 
@@ -256,7 +257,7 @@ def test_resource_table_has_the_seeds_columns_and_marks_oom():
 
 
 def test_scaling_table_speedup_over_the_single_device_run(monkeypatch):
-    monkeypatch.setattr(towers_runs, "usable_cores", lambda: 1)
+    monkeypatch.setattr(tables, "usable_cores", lambda: 1)
     runs = [
         _run("single", 1, 32, 400.0),
         _run("towers", 2, 32, 600.0),

@@ -240,7 +240,7 @@ def test_the_yardstick_rejects_bad_input_before_tensorflow():
         "import runpy, sys\n"
         "sys.argv = ['ps_yardstick', '--batch-size', '0']\n"
         "try:\n"
-        "    runpy.run_module('lab_utils.training.ps_yardstick', run_name='__main__')\n"
+        "    runpy.run_module('lab_utils.training.ps.yardstick', run_name='__main__')\n"
         "except SystemExit as exc:\n"
         "    print('exit', exc.code, 'tensorflow' in sys.modules)\n"
     )

@@ -1,0 +1,559 @@
+"""Between-graph parameter-server training on TensorFlow's own runtime (Labs 2, 3 and 6): the task side.
+
+Every task of a Lab 2 or 3 cluster runs the same script (``train_async.py`` or
+``train_sync.py``, which students complete in the lab notebook)::
+
+    settings, task = ps.parse_args("sync", argv)     # bad input: exit 2, before TensorFlow
+    if task.job == "ps":
+        ps.serve(task)                               # hold the variables until stopped
+    else:
+        ps.train_worker(task, settings, build=build_graph)
+
+``build_graph(task, settings) -> PSGraph`` is the student's part: the graph that
+makes this parameter-server training. Everything else (settings, the start
+barrier, the session, the shutdown protocol below) is here; the shard, step loop,
+timing and result dict are :mod:`lab_utils.training.loop`'s, shared with the
+other techniques. Importing this module does not import TensorFlow; only the
+functions that build or run graphs do.
+
+How a run is laid out
+---------------------
+``lab_utils.cluster.TFCluster`` starts one process per *task*: ``ps:0`` and
+``worker:0 .. worker:N-1``, each with ``TF_CONFIG`` naming every task's address.
+Every task starts a ``tf.distribute.Server``. The PS task does nothing else: it
+holds the variables and serves them (``server.join()``) until the launcher stops
+it after every worker has exited 0.
+
+Each worker builds its *own copy* of the graph (between-graph replication).
+Inside ``tf.compat.v1.train.replica_device_setter`` every variable (the model's
+``W`` and ``b`` and the shared ``global_step``) is placed on ``/job:ps`` while the
+computation (forward pass, gradients) stays on ``/job:worker/task:<i>``. Each
+worker opens a session to its own server and feeds batches from its own shard of
+the training set. ``worker:0`` is the *chief*: it initialises the variables; the
+others wait until the model is ready.
+
+Lab 2: asynchronous updates
+---------------------------
+Each worker computes a gradient on the parameters it last read and applies it to
+the PS at once; ``global_step`` goes up by one per worker step. Nobody waits for
+anybody, so a slow worker (a *straggler*) does not slow the others down, but its
+gradients are *stale*: computed on parameters that other workers have changed in
+the meantime. A run stops when the global step reaches its target: one epoch is
+``ceil(n_train / batch_size)`` global steps, shared among the workers.
+
+Lab 3: synchronous updates with ``SyncReplicasOptimizer``
+---------------------------------------------------------
+``SyncReplicasOptimizer(opt, replicas_to_aggregate=R, total_num_replicas=N)``
+changes what a worker's train step does:
+
+1. push its gradient into an *accumulator* on the PS, stamped with the global
+   step the worker computed it at (gradients with an older stamp are *stale* and
+   silently dropped);
+2. take a *token* from the token queue on the PS (blocking until there is one);
+   the token's value becomes the worker's stamp for its next gradient.
+
+The chief runs one extra thread, the *chief queue runner*: it waits until the
+accumulators hold R gradients, applies their average with the real optimizer,
+adds one to ``global_step`` and puts N new tokens (valued with the new global
+step) in the token queue. The optimizer counts *gradients*, not workers: one
+fast worker can supply several of them. With R < N the slowest gradients of each
+step arrive stale and are dropped: these are *backup workers*, the cure for
+stragglers.
+
+How many gradients does one global step apply? With R = N (the default here),
+exactly R: each worker starts with one gradient and then needs a token per
+gradient, and an update hands out N tokens, so at most N = R fresh gradients can
+exist for a step. With R < N, *at least* R and up to N: the accumulator averages
+everything it holds when the chief's next "take R gradients" request arrives,
+and between handing out tokens and asking again, more than R fresh gradients can
+come in. Measured (1 PS + 2 workers, R = 1, 50 steps, 10 runs): 3 runs had an
+update that averaged 2 gradients. :class:`GradientCounter` shows this.
+
+Why synchronous runs hang at shutdown, and how this module ends every run
+-------------------------------------------------------------------------
+Every blocking operation above waits for another process, and at the end of a
+run somebody is gone:
+
+* The chief's queue-runner thread is always blocked waiting for the next R
+  gradients. When the chief's loop ends, its session waits
+  ``stop_grace_period_secs`` (default 120 s) for that thread, which never wakes.
+* A worker that pushed a gradient waits for a token that only the chief's queue
+  runner produces. If the chief (or the other workers whose gradients were
+  needed) stopped first, nothing ever puts a token in the queue: it waits forever.
+* A worker's session, by default, talks to *every* task in the cluster; a worker
+  that has exited can stall the session of a worker still running.
+* When the chief's session closes, its queue runner closes the token queue; a
+  worker still waiting for a token then gets ``OutOfRangeError``, which
+  ``MonitoredSession`` swallows: that worker's loop just ends early, silently.
+* A non-chief worker checks whether the chief has initialised the model every
+  30 s (TF's default), wasting up to 30 s per run while the chief works alone.
+
+Measured on the course machine with TF's defaults (``MonitoredTrainingSession``,
+``StopAtStepHook``, default tokens, 1 PS + 2 workers, 100 global steps), five
+runs: training took about 0.5 s, then the chief spent 120.0 s closing its
+session in every run that got that far. In one run worker:1 waited 30.3 s for
+the model while the chief did 200 of its 201 local steps alone (local steps per
+worker ranged from 82/120 to 201/1); in another, worker:1's loop ended early
+with an exception that ``MonitoredSession`` swallowed.
+
+The fix, in this module:
+
+1. Every worker stops on the *same* condition: the token it just received is
+   worth ``target`` or more (a token carries the global step of the update that
+   made it). The final update (target - 1 -> target) puts N such tokens in the
+   queue, one for each worker, and a worker stops at its first one, so every
+   worker gets one, even one still holding an older token. No worker ever
+   pushes a gradient stamped at or past the target, so nobody waits for an
+   update that cannot come. (Stopping on a fresh read of ``global_step``
+   instead is racy: a worker can see the final step before the final tokens
+   are in the queue, stop, and its session's shutdown closes the token queue
+   under the others.)
+2. No tokens are handed out at the start (``num_tokens=0``): each worker pushes
+   one gradient and then waits for the first update, so the chief cannot run
+   ahead alone while the others are still starting.
+3. ``stop_grace_period_secs`` is small (:data:`STOP_GRACE_PERIOD_SECS`), so the
+   chief does not wait 120 s for its blocked queue-runner thread (a daemon
+   thread: it ends with the process).
+4. ``ConfigProto(device_filters=["/job:ps", "/job:worker/task:<i>"])``: each
+   worker's session only talks to the PS and to itself.
+5. Non-chief workers poll for the model every :data:`READY_POLL_SECS` instead of
+   30 s, up to :data:`SESSION_WAIT_SECS`.
+6. A safety net: every train step runs with a deadline (``step_timeout``); a
+   token that never comes becomes a clear error, never a silent hang.
+
+``--tf-defaults`` runs the same graph with none of these fixes, as CS 744's code ran
+(:mod:`lab_utils.training.ps.defaults`), and :func:`phase` events say where each worker
+is; :mod:`lab_utils.training.ps.demo_runs` shows both side by side (Lab 3, Part 5).
+
+Lab 6: stale-synchronous parallel (``mode="ssp"``)
+--------------------------------------------------
+Asynchronous updates as in Lab 2, but a worker may run at most ``s`` steps ahead
+of the slowest one (``--staleness S``; 0 = lockstep, ``inf`` = Lab 2). The clocks
+on the PS, the wait before each step and the step events' ``clock`` / ``min_clock``
+/ ``staleness`` fields are :mod:`lab_utils.training.ssp`'s; the rule that says
+whether a worker may start (``may_start``) is the student's, passed to
+:func:`train_worker`.
+
+How we *verify* that a global step applied exactly R gradients
+--------------------------------------------------------------
+:class:`GradientCounter` adds one small variable (``slots``, 4096 floats on the
+PS) to the model. On each push a worker's "gradient" for it is a one-hot vector
+at a slot unique to that push. The accumulator averages the gradients it
+collected for one update exactly like the model's, so the averaged vector has
+one non-zero entry per gradient in that update. The chief's update counts the
+non-zero entries and keeps, on the PS, the number of updates and the minimum,
+maximum and total count. ``min == max == R`` and ``updates == global_step`` is
+the check for R = N; it fails if any update averaged more or fewer gradients.
+With backup workers (R < N) expect ``min == R <= max <= N``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from lab_utils.training import loop
+from lab_utils.training.ps.graph import GradientCounter, PSGraph, phase, session_config, start_barrier
+from lab_utils.training.ps.settings import (
+    MODES,
+    STEP_TIMEOUT_SECS,
+    Settings,
+    check_settings,
+    make_parser,
+    parse_args,
+    parse_staleness,
+    parse_straggler,
+    steps_per_epoch,
+    target_global_steps,
+)
+
+__all__ = [
+    "MODES",
+    "STOP_GRACE_PERIOD_SECS",
+    "READY_POLL_SECS",
+    "SESSION_WAIT_SECS",
+    "STEP_TIMEOUT_SECS",
+    "Settings",
+    "PSGraph",
+    "GradientCounter",
+    "make_parser",
+    "parse_args",
+    "parse_straggler",
+    "parse_staleness",
+    "check_settings",
+    "steps_per_epoch",
+    "target_global_steps",
+    "session_config",
+    "session_creator",
+    "straggle",
+    "start_barrier",
+    "serve",
+    "phase",
+    "train_worker",
+]
+
+#: How long a closing session waits for its threads (TF default 120 s; the
+#: chief's queue-runner thread is blocked waiting for gradients and never joins).
+STOP_GRACE_PERIOD_SECS = 0.5
+#: How often a non-chief worker checks whether the chief initialised the model (TF default 30 s).
+READY_POLL_SECS = 0.25
+#: How long a non-chief worker waits for the chief to initialise the model.
+SESSION_WAIT_SECS = 120.0
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def straggle(seconds: float) -> None:
+    """Simulated slowness: the straggler knob. The one deliberate sleep in the labs."""
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def _one_line_for_cancelled_queue_runners() -> None:
+    """In this process, a queue-runner thread cancelled by its session's close says so in
+    one line instead of a traceback.
+
+    After an error in the training loop (a step past its deadline), ``MonitoredSession``
+    closes the session while the chief's queue runner is still blocked waiting for
+    gradients. Its step is cancelled, and because the coordinator has already joined, the
+    thread re-raises ``CancelledError``: a second traceback, written line by line into
+    the same log while the main thread writes the error that matters. The two interleave,
+    and the log's last exception line could be the consequence instead of the cause.
+    Here the consequence is one line, written at once, that names the thread; every other
+    thread exception goes to the previous hook."""
+    import threading
+
+    previous = threading.excepthook
+    if getattr(previous, "_labs_queue_runners", False):
+        return  # installed already
+
+    def hook(args) -> None:
+        thread = getattr(args.thread, "name", "") or ""
+        error = type(args.exc_value)
+        cancelled = error.__name__ == "CancelledError" and error.__module__.startswith("tensorflow")
+        if cancelled and thread.startswith("QueueRunnerThread"):
+            sys.stderr.write(
+                f"{thread} stopped: its step was cancelled when the session closed ({str(args.exc_value).strip()})\n"
+            )
+            sys.stderr.flush()
+            return
+        previous(args)
+
+    hook._labs_queue_runners = True
+    threading.excepthook = hook
+
+
+def serve(task) -> None:
+    """The PS task: start the server, report ready, serve until the launcher stops it."""
+    from lab_utils.cluster import start_server
+
+    server = start_server(task)
+    server.join()
+
+
+def session_creator(task, target: str, config):
+    """The chief's session creator (it initialises the model), or a worker's that
+    polls for the initialised model every :data:`READY_POLL_SECS` (TF: 30 s), up
+    to :data:`SESSION_WAIT_SECS`."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    if task.is_chief:
+        return v1.train.ChiefSessionCreator(master=target, config=config)
+
+    class WorkerSessionCreator(v1.train.WorkerSessionCreator):
+        """TF's worker session creator, polling for the model every READY_POLL_SECS (not 30 s)."""
+
+        def _get_session_manager(self):
+            if self._session_manager is None:
+                from tensorflow.python.training import session_manager  # the class TF itself uses
+
+                self._session_manager = session_manager.SessionManager(
+                    local_init_op=self._scaffold.local_init_op,
+                    local_init_feed_dict=self._scaffold.local_init_feed_dict,
+                    ready_op=self._scaffold.ready_op,
+                    ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
+                    graph=v1.get_default_graph(),
+                    recovery_wait_secs=READY_POLL_SECS,
+                )
+            return self._session_manager
+
+    return WorkerSessionCreator(master=target, config=config, max_wait_secs=SESSION_WAIT_SECS)
+
+
+def _step_after(g: PSGraph, mode: str):
+    """What a train step fetches: the global step the worker stops on."""
+    if mode == "sync":
+        # SyncReplicasOptimizer's train op evaluates to the token this worker got: the
+        # global step of the update that released it. Stopping on the token (not on a
+        # fresh read of global_step) means a worker only stops once the final update
+        # has handed out its tokens, so no other worker is left waiting for one.
+        return g.train_op
+    import tensorflow as tf
+
+    with tf.control_dependencies([g.train_op]):
+        return tf.identity(g.global_step.read_value())  # the global step after my update
+
+
+def _meet_at_barrier(sess, barrier, task) -> None:
+    """Everybody starts training together (start-up skew is not a straggler)."""
+    if barrier is None:
+        return
+    import tensorflow as tf
+
+    arrive, wait = barrier
+    sess.run(arrive)
+    try:
+        sess.run(wait, options=tf.compat.v1.RunOptions(timeout_in_ms=int(SESSION_WAIT_SECS * 1000)))
+    except tf.errors.DeadlineExceededError as exc:
+        raise RuntimeError(
+            f"{task.task}: the other workers did not reach the start barrier within "
+            f"{SESSION_WAIT_SECS:g} s (did one of them fail? see its log)"
+        ) from exc
+
+
+def _train_step(sess, g: PSGraph, fetch, task, settings: Settings, target: int) -> loop.StepFn:
+    """One train step under the ``step_timeout`` deadline; a blocked step or a closed
+    queue becomes a clear error instead of a hang or a silently shortened run."""
+    import tensorflow as tf
+
+    options = tf.compat.v1.RunOptions(timeout_in_ms=int(settings.step_timeout * 1000))
+
+    def step(xb, yb, at: loop.LoopStats):
+        try:
+            return sess.run([fetch, g.loss], feed_dict={g.x: xb, g.y: yb}, options=options)
+        except tf.errors.DeadlineExceededError as exc:
+            raise RuntimeError(
+                f"{task.task}: a train step blocked for more than {settings.step_timeout:g} s at local step "
+                f"{at.local_steps} (global step {at.step} of {target}); in sync mode this means no token came: "
+                "the chief's queue runner stopped or too few workers are pushing gradients"
+            ) from exc
+        except tf.errors.OutOfRangeError as exc:
+            # MonitoredSession.__exit__ would swallow this and end the run early as if it had finished.
+            raise RuntimeError(
+                f"{task.task}: a queue on the PS was closed at local step {at.local_steps} (global step {at.step} of "
+                f"{target}); in sync mode the chief stopped and closed the token queue before this worker "
+                "got its last token"
+            ) from exc
+
+    return step
+
+
+class _Staleness:
+    """Asynchronous mode: updates by other workers since my previous one, i.e. how
+    stale the parameters my gradient was computed on were (one step event field)."""
+
+    def __init__(self) -> None:
+        self.values: list[int] = []
+
+    def __call__(self, previous: int, stats: loop.LoopStats) -> dict:
+        if stats.local_steps < 2:
+            return {}
+        self.values.append(max(0, stats.step - previous - 1))
+        return {"staleness": self.values[-1]}
+
+    def summary(self) -> dict:
+        v = self.values
+        return {"staleness_mean": float(np.mean(v)) if v else None, "staleness_max": max(v) if v else None}
+
+
+def _result_fields(sess, g: PSGraph, task, settings: Settings, target: int, test_feed) -> tuple[dict, dict]:
+    """The PS fields of the result dict: before the loop's counts and after its timings."""
+    head = {
+        "mode": settings.mode,
+        "accuracy": float(sess.run(g.accuracy, feed_dict=test_feed)),
+        "final_global_step": int(sess.run(g.global_step)),
+        "target_global_steps": target,
+    }
+    tail = {
+        "batch_size": settings.batch_size,
+        "num_workers": settings.num_workers,
+        "straggler_delay": settings.straggler.get(task.task, 0.0),
+        "is_chief": task.is_chief,
+    }
+    if settings.mode == "sync":
+        tail["replicas_to_aggregate"] = settings.replicas
+        if g.counter is not None and task.is_chief:
+            tail.update(g.counter.read(sess))
+    if settings.save_weights and task.is_chief:
+        _save_weights(sess, settings.save_weights)
+    return head, tail
+
+
+def _save_weights(sess, path: str) -> None:
+    """The model's trainable variables as ``w0, w1, ...`` in an ``.npz`` (the layout of
+    :func:`lab_utils.training.allreduce.save_weights`: Lab 4 compares the two)."""
+    import os
+
+    import tensorflow as tf
+
+    values = sess.run(tf.compat.v1.trainable_variables())
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, **{f"w{i}": v for i, v in enumerate(values)})
+    os.replace(tmp, path)
+
+
+def _check_rule(settings: Settings, may_start) -> None:
+    """``may_start`` is given exactly in mode ``ssp``, and is a function."""
+    if settings.mode != "ssp":
+        if may_start is not None:
+            raise ValueError(f"may_start only applies to mode='ssp', got it with mode={settings.mode!r}")
+    elif may_start is None:
+        raise ValueError("mode='ssp' needs the rule: train_worker(..., may_start=may_start)")
+    elif not callable(may_start):
+        raise TypeError(f"may_start must be a function (clock, clocks, s) -> bool, got {may_start!r}")
+
+
+def _ssp_clocks(task, settings: Settings, may_start):
+    """Mode ``ssp``: the clocks on the PS and this worker's wait (:mod:`lab_utils.training.ssp`)."""
+    if settings.mode != "ssp":
+        return None
+    from lab_utils.training.ssp.clocks import SSPClocks
+
+    return SSPClocks(task.index, settings.num_workers, settings.staleness, may_start)
+
+
+def _token_queue_size(g: PSGraph, settings: Settings):
+    """Mode ``sync`` with R = N and no initial tokens: an op reading how many tokens wait in
+    the SyncReplicasOptimizer's token queue on the PS; None otherwise.
+
+    Why: the queue is shared, not one per worker. A worker that finishes its step before
+    a slower one has taken its token can take that token too, push a second gradient for
+    the next update and fill it alone: the update then averages one worker's batches twice
+    and the other's not at all (a weight difference of 5 % against one big-batch process,
+    seen about once in 20 runs under load). Starting a step only when every token of the
+    last update has been taken makes each update average one gradient per worker."""
+    if settings.mode != "sync" or settings.replicas != settings.num_workers or settings.num_workers < 2:
+        return None
+    hooks = [h for h in g.hooks if type(h).__name__ == "_SyncReplicasOptimizerHook"]
+    if len(hooks) != 1 or getattr(hooks[0], "_num_tokens", None) != 0:
+        return None  # initial tokens let every worker run one step ahead: nothing to pace here
+    import tensorflow as tf
+
+    graph = tf.compat.v1.get_default_graph()
+    queues = [op for op in graph.get_operations() if op.type == "FIFOQueueV2" and op.name.endswith("sync_token_q")]
+    if len(queues) != 1:
+        return None
+    with tf.compat.v1.colocate_with(queues[0]):
+        return tf.raw_ops.QueueSizeV2(handle=queues[0].outputs[0])
+
+
+def _wait_for_tokens_taken(sess, size, task, timeout: float) -> None:
+    """Poll the token queue until it is empty (every worker has its token), under ``timeout``."""
+    deadline, pause = time.monotonic() + timeout, 0.001
+    while sess.run(size) > 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{task.task}: another worker did not take its token for {timeout:g} s (did it fail? see its log)"
+            )
+        time.sleep(pause)  # polling the PS under a deadline, backing off to 20 ms
+        pause = min(2 * pause, 0.02)
+
+
+def _before_step(clocks, sess, task, settings: Settings, delay: float, tokens=None) -> Callable[[], None]:
+    """Before each step: in SSP mode wait for permission (under ``step_timeout``); in sync
+    mode with R = N, for every worker to have its token (:func:`_token_queue_size`); then
+    the straggler's modelled compute time."""
+
+    def before() -> None:
+        if clocks is not None:
+            clocks.wait(sess, settings.step_timeout, task.task)
+        if tokens is not None:
+            _wait_for_tokens_taken(sess, tokens, task, settings.step_timeout)
+        straggle(delay)
+
+    return before
+
+
+def _closing_phase(stats: loop.LoopStats, target: int) -> None:
+    """The ``closing`` phase event: where the worker left its loop, and the grace period the
+    session closes with (what Lab 3, Part 5's demos read)."""
+    phase(
+        "closing",
+        "closing its session",
+        f"left its loop at global step {stats.step} of {target}; stop_grace_period_secs={STOP_GRACE_PERIOD_SECS:g}",
+        global_step=stats.step,
+        local_steps=stats.local_steps,
+    )
+
+
+def train_worker(
+    task,
+    settings: Settings,
+    *,
+    build: Callable[[Any, Settings], PSGraph],
+    data=None,
+    may_start: Callable[[int, list, Any], bool] | None = None,
+) -> dict:
+    """One worker's whole run: its shard, its server, the graph from ``build(task,
+    settings)``, the session, the start barrier, the step loop to the target global
+    step, the result. Returns the result dict (also reported with ``report.result``).
+    ``data``: the data set to shard (default :func:`lab_utils.data.load_mnist`).
+    ``may_start(clock, clocks, s) -> bool``: mode ``ssp`` only (and required there),
+    the rule a worker waits on before each step (:mod:`lab_utils.training.ssp`).
+    ``settings.tf_defaults`` (``--tf-defaults``): TensorFlow's defaults instead, which hang
+    at shutdown (:func:`lab_utils.training.ps.defaults.train_worker_tf_defaults`)."""
+    from lab_utils.cluster import start_server
+    from lab_utils.models import import_tensorflow
+
+    _check_rule(settings, may_start)
+    _one_line_for_cancelled_queue_runners()
+    if settings.tf_defaults:
+        from lab_utils.training.ps.defaults import train_worker_tf_defaults
+
+        return train_worker_tf_defaults(task, settings, build=build, data=data)
+    clock = loop.Clock()
+    shard = loop.load_shard(settings.num_workers, task.index, settings.batch_size, data)
+    target = target_global_steps(settings, shard.n_train)
+    delay = settings.straggler.get(task.task, 0.0)
+    tf = import_tensorflow()
+    v1 = tf.compat.v1
+    config = session_config(task)
+    server = start_server(task, session_config=config)
+    with tf.Graph().as_default():
+        v1.set_random_seed(settings.seed)
+        g = build(task, settings)
+        fetch = _step_after(g, settings.mode)
+        clocks = _ssp_clocks(task, settings, may_start)
+        tokens = _token_queue_size(g, settings)
+        if clocks is not None:
+            fetch = clocks.tick(fetch)
+        barrier = start_barrier(task.index, settings.num_workers)
+        clock.mark("graph")
+        test_feed = {g.x: shard.data.x_test, g.y: shard.data.y_test}
+        staleness = _Staleness() if settings.mode == "async" else None
+        phase("session", "opening its session", None if task.is_chief else "waiting for the chief's model")
+        with v1.train.MonitoredSession(
+            session_creator=session_creator(task, server.target, config),
+            hooks=g.hooks,
+            stop_grace_period_secs=STOP_GRACE_PERIOD_SECS,
+        ) as sess:
+            clock.mark("session")
+            _meet_at_barrier(sess, barrier, task)
+            phase("training", "training", mode=settings.mode)
+            stats = loop.run_steps(
+                _train_step(sess, g, fetch, task, settings, target),
+                shard.batches(settings.batch_size, settings.seed * 1000 + task.index),
+                target,
+                clock=clock,
+                global_step=lambda: sess.run(g.global_step),
+                evaluate=(lambda: sess.run(g.accuracy, feed_dict=test_feed)) if task.is_chief else None,
+                eval_every=settings.eval_every,
+                before_step=_before_step(clocks, sess, task, settings, delay, tokens),
+                extra=staleness if clocks is None else clocks.event_fields,
+            )
+            if clocks is not None:
+                clocks.finish(sess)  # a finished worker holds nobody back
+            head, tail = _result_fields(sess, g, task, settings, target, test_feed)
+            _closing_phase(stats, target)
+    clock.mark("end")
+    phase("closed", f"session closed at global step {stats.step}", global_step=stats.step)
+    for counts in (staleness, clocks):
+        if counts is not None:
+            tail.update(counts.summary())
+    return loop.report_result(head, stats, clock, tail)

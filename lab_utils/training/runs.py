@@ -1,0 +1,308 @@
+"""The kernel side every technique shares: the checks and the result of a finished run.
+
+- :func:`every_task_reported`: a task that exited 0 without a result is an error that
+  names it and says where its log is (every ``run_*`` calls it);
+- :func:`step_events`: the ``step`` events of a finished job as a frame;
+- :func:`horovod_job`: the ``horovodrun`` job of a data-parallel run;
+- :class:`Run`: the fields, ``repr()`` and display every run's result shares;
+- :class:`TrainRun` and :func:`finish_run`: what a data-parallel run reported (one
+  result per rank); Lab 6's ``CompressionRun`` extends it;
+- :func:`sweep`: an experiment's runs, one line each, as a table;
+- :func:`run_ranks`: one run of mpi4py ranks, one per emulated host (Lab 4's PS against
+  ring, Lab 6's hybrid);
+- :func:`one_result`: the result of a one-task job (Lab 5's device runs and checks);
+- :class:`LaunchOptions` (``timeout``, ``progress``) and :class:`RunOptions` (and ``monitor``,
+  ``interval``, ``live``, ``label``): the options every ``run_*`` takes, declared once
+  (:func:`takes_launch_options`, :func:`takes_run_options`);
+  :meth:`RunOptions.watch` runs a job to its end while they say how it is watched.
+
+Run directories come from :func:`lab_utils.cluster.new_run_dir`; the speedup tables
+from :mod:`lab_utils.training.tables`. Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import html
+import statistics
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lab_utils.cluster import MPIJob, netem
+from lab_utils.cluster.netem import EmulatedHosts
+from lab_utils.options import keyword_options
+from lab_utils.training import loop
+from lab_utils.training.allreduce.weights import load_weights_file
+
+STEP_COLUMNS = ["time", "task", "step", "examples"]
+#: Open MPI's ring algorithm for MPI_Allreduce (what "ring all-reduce" means in a run's table).
+RING = ["--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm", "4"]
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How long a run may take and whether it shows its progress: what every ``run_*`` takes."""
+
+    timeout: float | None = 600  # seconds before every process is stopped (None: the function's own)
+    progress: bool = True  # a progress line of the tasks' steps
+
+
+@dataclass(frozen=True)
+class RunOptions(LaunchOptions):
+    """:class:`LaunchOptions`, and how a training run is watched and named."""
+
+    monitor: bool = False  # sample CPU, memory and network per task while it runs
+    interval: float = 0.25  # seconds between samples
+    live: bool = False  # draw the samples as they come (a static figure when headless)
+    label: str | None = None  # the run's name in tables and plots
+
+    def watch(self, job: Any):
+        """Run ``job`` (a ``TFCluster`` or ``MPIJob``) to its end; its monitor (or None)."""
+        from lab_utils.metrics import watch
+
+        with job:
+            return watch(job, interval=self.interval, sample=self.monitor, live=self.live)
+
+
+def takes_launch_options(**defaults: Any) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(..., options: LaunchOptions)`` is called as ``fn(..., timeout=..., progress=...)``."""
+    return keyword_options(LaunchOptions, **defaults)
+
+
+def takes_run_options(**defaults: Any) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn(..., options: RunOptions)`` is called as ``fn(..., monitor=..., timeout=...)``
+    with these ``defaults`` for the options not given (:func:`lab_utils.options.keyword_options`)."""
+    return keyword_options(RunOptions, **defaults)
+
+
+def every_task_reported(results: Mapping[str, Any], tasks: Iterable[str], run_dir: Any, hint: str = "") -> None:
+    """``RuntimeError`` naming the ``tasks`` that exited 0 without a result in ``results``,
+    and where their logs are (``hint``: what the script should have called)."""
+    missing = [t for t in tasks if t not in results]
+    if missing:
+        why = f" ({hint})" if hint else ""
+        raise RuntimeError(f"{', '.join(missing)} exited 0 without reporting a result{why}; logs in {run_dir}")
+
+
+def one_result(job: Any, label: str) -> dict:
+    """The result of a finished one-task ``job``; ``RuntimeError`` naming ``label`` if none."""
+    result = next(iter(job.results().values()), None)
+    if result is None:
+        raise RuntimeError(f"{label}: the task exited 0 without reporting a result; log in {job.run_dir}")
+    return result
+
+
+def step_events(job: Any) -> pd.DataFrame:
+    """Every task's ``step`` events of a finished ``job`` (empty: the usual columns, no rows)."""
+    events = pd.DataFrame.from_records(job.events("step"))
+    return pd.DataFrame(columns=STEP_COLUMNS) if events.empty else events
+
+
+@dataclass(kw_only=True, repr=False)
+class Run:
+    """What every launched run reported, whatever its technique: its ``label``, the tasks'
+    ``step`` events, the wall time from launch to the last exit, the ``args`` it ran with,
+    its run directory and its monitor (None unless ``monitor=True``).
+
+    A subclass adds what its technique measured and says it in one line, :meth:`describe`;
+    ``repr()`` and the notebook's display are built from that line (plus
+    :meth:`details_html`, a table say)."""
+
+    label: str
+    events: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS))
+    wall_time: float = float("nan")
+    args: dict = field(default_factory=dict)
+    run_dir: str | None = None
+    monitor: Any = None
+
+    def describe(self) -> str:
+        """What ran and what it measured, in one line."""
+        raise NotImplementedError
+
+    def details_html(self) -> str:
+        """More for the notebook's display, after the line (HTML)."""
+        return ""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.label!r}: {self.describe()}>"
+
+    def _repr_html_(self) -> str:
+        return f"<b>{html.escape(self.label)}</b>: {html.escape(self.describe())}" + self.details_html()
+
+
+def saved_weights(run: Any) -> list[np.ndarray]:
+    """The weights a run saved (``weights_path``); ``ValueError`` if it was run without ``save_weights=True``."""
+    if not run.weights_path:
+        raise ValueError(f"{run.label}: run without save_weights=True")
+    return load_weights_file(run.weights_path)
+
+
+@dataclass(repr=False)
+class TrainRun(Run):
+    """What one data-parallel run reported (:func:`run_hvd`, :func:`run_single`, :func:`run_mwms`)."""
+
+    method: str  # "horovod (gloo)", "horovod (mpi)", "one process", "mwms (ring)"
+    ranks: int
+    results: dict[str, dict]  # "rank:<r>" -> that rank's result
+    weights_path: str | None = None
+    timeline_path: str | None = None
+
+    def _rank0(self) -> dict:
+        return self.results.get("rank:0") or next(iter(self.results.values()))
+
+    @property
+    def accuracy(self) -> float:
+        return float(self._rank0()["accuracy"])
+
+    @property
+    def batch_size(self) -> int:
+        """Examples per step of the whole run (all ranks together)."""
+        r = self._rank0()
+        return int(r["batch_size"]) * self.ranks * int(r.get("emulate_ranks", 1))
+
+    @property
+    def examples_per_sec(self) -> float:
+        """All ranks' training examples over the longest training time."""
+        return loop.cluster_examples_per_sec(self.results)
+
+    def weights(self) -> list[np.ndarray]:
+        return saved_weights(self)
+
+    def bytes_per_step(self) -> dict:
+        """Host-level network bytes (loopback included) per training step, from the monitor."""
+        if self.monitor is None:
+            raise ValueError(f"{self.label}: run with monitor=True to count bytes")
+        total = self.monitor.summary().loc["total"]
+        steps = int(self._rank0()["steps"])
+        return {"read": total["Network R"] / steps, "write": total["Network W"] / steps, "steps": steps}
+
+    def describe(self) -> str:
+        return (
+            f"{self.method}, {self.ranks} rank(s), batch {self.batch_size}, accuracy {self.accuracy:.4f}, "
+            f"{self.examples_per_sec:,.0f} examples/s, {self.wall_time:.1f} s"
+        )
+
+
+def horovod_job(
+    np: int,
+    script: str,
+    args: Any,
+    *,
+    controller: str,
+    hosts: Any,
+    run_dir: Any,
+    name: str,
+    options: LaunchOptions,
+    **more: Any,
+) -> MPIJob:
+    """The ``horovodrun`` job of a data-parallel run (Lab 4's ``run_hvd``, Lab 6's
+    compression runs): ``np`` ranks of ``script`` with ``args`` in ``run_dir``, bounded and
+    shown as ``options`` say (not started). ``more``: the launcher's other keywords."""
+    return MPIJob(
+        np=np,
+        script=script,
+        args=args,
+        launcher="horovodrun",
+        controller=controller,
+        hosts=hosts,
+        timeout=options.timeout,
+        progress=options.progress,
+        run_dir=run_dir,
+        name=name,
+        **more,
+    )
+
+
+def finish_run(
+    job, results: dict, label, method, ranks, args, t0, weights, timeline=None, monitor=None, cls=TrainRun, **extra
+) -> TrainRun:
+    """A :class:`TrainRun` (or its subclass ``cls``, with ``extra`` fields) from a finished
+    job whose ``results`` are keyed ``rank:<r>``; a rank without a result is an error."""
+    every_task_reported(results, (f"rank:{r}" for r in range(ranks)), job.run_dir)
+    return cls(
+        method,
+        ranks,
+        results,
+        label=label,
+        events=pd.DataFrame.from_records(job.events("step")),
+        wall_time=time.monotonic() - t0,
+        args=args,
+        run_dir=str(job.run_dir),
+        weights_path=weights,
+        timeline_path=timeline,
+        monitor=monitor,
+        **extra,
+    )
+
+
+def sweep(run: Callable[..., dict], runs: Iterable[tuple[str, int]], say: Callable[[dict], str], **kwargs: Any):
+    """``run(mode, workers, **kwargs)`` for each ``(mode, workers)`` of ``runs``, one line
+    (``say(row)``) as each ends: the table of their rows (Lab 4's and Lab 6's experiments)."""
+    rows = []
+    for mode, workers in runs:
+        row = run(mode, workers, **kwargs)
+        print(f"{mode:>9} with {workers} worker(s): {say(row)} ({row['network']})", flush=True)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def run_ranks(
+    script: str,
+    args: dict,
+    *,
+    mode: str,
+    workers: int,
+    has_ps: bool,
+    ring: bool,
+    hosts: str | EmulatedHosts | None,
+    steps: int,
+    memory_per_rank: int,
+    options: LaunchOptions,
+    name: str,
+) -> tuple[dict, list[dict], list[dict]]:
+    """One experiment run, one mpi4py rank per emulated host (a PS rank first when
+    ``has_ps``): checked, launched with mpirun (Open MPI's ring for MPI_Allreduce when
+    ``ring``), waited for. Returns ``(row, worker results, PS results)``; the row holds
+    what every experiment reports: ``mode``, ``workers``, ``emulated``, ``network``,
+    ``step_s`` (the slowest worker's), ``examples_per_s`` (all workers) and, from the
+    links' counters over ``steps`` steps, ``ps_mb_per_step`` and ``worker_mb_per_step``
+    (where emulated only). :mod:`lab_utils.training.netexp` and :mod:`lab_utils.training.hybrid` run their modes with it."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    spec = netem.host_per_rank(hosts)
+    job = MPIJob(
+        np=workers + has_ps,
+        script=script,
+        args=args,
+        launcher="mpirun",
+        hosts=spec,
+        launcher_args=RING if ring else [],
+        env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+        memory_per_rank=memory_per_rank,
+        timeout=options.timeout,
+        progress=options.progress,
+        name=name,
+    )
+    with job:
+        results = job.wait()
+    done = [r for r in results.values() if r.get("role") == "worker"]
+    ps = [r for r in results.values() if r.get("role") == "ps"]
+    if len(done) != workers or len(ps) != has_ps:
+        raise RuntimeError(f"{mode} with {workers} workers: not every rank reported a result ({results})")
+    row = {
+        "mode": mode,
+        "workers": workers,
+        "emulated": job.emulated,
+        "network": spec.describe() if job.emulated else "loopback (not emulated)",
+        "step_s": max(r["step_s"] for r in done),  # a synchronous step ends with its slowest worker
+        "examples_per_s": sum(r["examples_per_s"] for r in done),
+    }
+    if job.emulated:
+        traffic = job.network.mb_per_step(steps)
+        row["ps_mb_per_step"] = traffic[0] if has_ps else None
+        row["worker_mb_per_step"] = statistics.mean(traffic[i] for i in range(has_ps, workers + has_ps))
+    return row, done, ps

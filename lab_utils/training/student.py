@@ -1,0 +1,40 @@
+"""Loading a student's file (both sides): ``towers.py``, ``ring.py``, ``compressors.py``,
+``two_tasks.py``, a training script.
+
+The file is imported afresh from its path on every call, under the name
+``student_<stem>``: an edited and re-run ``%%writefile`` cell is seen (``import ring``
+would keep the first version), and a traceback names the student's own file. A missing
+file or a missing function is an error that says which cell to run or what to define.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+
+
+def load_student(path: str | os.PathLike, *, cell: bool = True) -> ModuleType:
+    """The student's module at ``path``. ``FileNotFoundError`` (naming the
+    ``%%writefile`` cell when ``cell``) if there is none; ``ImportError`` if it is not a
+    Python file."""
+    path = Path(path)
+    if not path.is_file():
+        hint = f": run the `%%writefile {path.name}` cell first" if cell else ""
+        raise FileNotFoundError(f"{path} not found{hint}")
+    spec = importlib.util.spec_from_file_location(f"student_{path.stem}", path.resolve())
+    if spec is None or spec.loader is None or path.suffix != ".py":
+        raise ImportError(f"cannot import {path}: not a Python file (.py)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def student_function(path: str | os.PathLike, name: str, signature: str) -> object:
+    """``name`` from the student's file at ``path``; ``ImportError`` saying the file
+    defines no function ``signature`` if it is missing or not callable."""
+    fn = getattr(load_student(path), name, None)
+    if not callable(fn):
+        raise ImportError(f"{path} defines no function {signature}")
+    return fn
