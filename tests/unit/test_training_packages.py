@@ -1,0 +1,43 @@
+"""The technique packages' front names, their laziness, and the former flat names."""
+
+import subprocess
+import sys
+
+import pytest
+
+import lab_utils.training as training
+
+
+def test_a_package_answers_its_front_module_s_names_and_its_submodules():
+    from lab_utils.training import netexp, ps
+    from lab_utils.training.netexp import runs as netexp_runs
+    from lab_utils.training.ps import graph, task
+
+    assert ps.train_worker is task.train_worker and ps.PSGraph is graph.PSGraph
+    assert netexp.run is netexp_runs.run  # netexp's front is its notebook side
+    assert ps.runs.__name__ == "lab_utils.training.ps.runs"
+    assert "train_worker" in dir(ps)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        ps.no_such_name  # noqa: B018
+
+
+def test_importing_a_package_or_its_task_side_loads_no_notebook_side():
+    code = (
+        "import sys; from lab_utils.training import ps; from lab_utils.training.ps import PSGraph; "
+        "ps.parse_args; "
+        "print(sorted(m for m in sys.modules if m.endswith('runs') or m in ('pandas', 'tensorflow')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize("old, new", sorted(training.FORMER_NAMES.items()))
+def test_a_former_flat_name_still_answers_with_a_warning_naming_the_new_import(old, new):
+    with pytest.warns(FutureWarning, match=rf"lab_utils\.training\.{old} is now lab_utils\.training\.{new}"):
+        module = getattr(training, old)
+    assert module.__name__ == f"lab_utils.training.{new}"
+
+
+def test_an_unknown_name_is_still_an_attribute_error():
+    with pytest.raises(AttributeError):
+        training.no_such_module  # noqa: B018
