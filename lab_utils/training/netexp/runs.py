@@ -10,7 +10,7 @@ loopback that cannot show: the network is free. On emulated hosts
     table = netexp.experiment(workers=(1, 2, 4), hosts="emulated:100mbit", mb=3)
     netexp.plot(table)
 
-Both modes run the same step (:mod:`.netexp_task`): ``compute_s`` seconds of modelled
+Both modes run the same step (:mod:`lab_utils.training.netexp.task`): ``compute_s`` seconds of modelled
 accelerator time, then ``mb`` MB of gradients through a PS on its own host, or
 through Open MPI's ring all-reduce. With 3 MB over 100 Mbit/s links, a PS step moves
 0.48 s of gradients per worker through the PS's one link; the ring moves 0.36 s per

@@ -282,7 +282,7 @@ def _run_args(args: Mapping[str, Any] | None, steps: int, **extra: Any) -> dict:
 
 def _say(progress: bool, text: str) -> None:
     if progress:
-        print(f"[ps_demos] {text}", flush=True)
+        print(f"[demo_runs] {text}", flush=True)
 
 
 def _cluster(script, workers: int, args: dict, hosts) -> TFCluster:

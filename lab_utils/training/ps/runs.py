@@ -74,7 +74,7 @@ __all__ = [
     "TwoTasks",
     "run_ps_strategy",
     "StrategyRun",
-    # Lab 3, Part 5: the shutdown hang and a worker killed mid-run, re-exported from ps_demos
+    # Lab 3, Part 5: the shutdown hang and a worker killed mid-run, re-exported from demo_runs
     "shutdown_hang_demo",
     "worker_failure_demo",
     "HangDemo",
