@@ -16,16 +16,18 @@ from types import ModuleType
 
 
 def load_student(path: str | os.PathLike, *, cell: bool = True) -> ModuleType:
-    """The student's module at ``path``. ``FileNotFoundError`` (naming the
-    ``%%writefile`` cell when ``cell``) if there is none; ``ImportError`` if it is not a
-    Python file."""
+    """The student's module at ``path``. ``ImportError`` if it is not a Python script (its
+    name does not end in ``.py``); ``FileNotFoundError`` (naming the ``%%writefile`` cell
+    when ``cell``) if there is none."""
     path = Path(path)
+    if path.suffix != ".py":
+        raise ImportError(f"{path}: not a Python script")
     if not path.is_file():
         hint = f": run the `%%writefile {path.name}` cell first" if cell else ""
         raise FileNotFoundError(f"{path} not found{hint}")
     spec = importlib.util.spec_from_file_location(f"student_{path.stem}", path.resolve())
-    if spec is None or spec.loader is None or path.suffix != ".py":
-        raise ImportError(f"cannot import {path}: not a Python file (.py)")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not a Python script")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

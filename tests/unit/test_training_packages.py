@@ -41,3 +41,20 @@ def test_a_former_flat_name_still_answers_with_a_warning_naming_the_new_import(o
 def test_an_unknown_name_is_still_an_attribute_error():
     with pytest.raises(AttributeError):
         training.no_such_module  # noqa: B018
+
+
+def test_a_student_s_file_is_loaded_afresh_and_a_wrong_one_is_named(tmp_path):
+    from lab_utils.training.student import load_student, student_function
+
+    script = tmp_path / "ring.py"
+    with pytest.raises(FileNotFoundError, match=r"ring\.py not found: run the `%%writefile ring\.py` cell first"):
+        load_student(script)
+    script.write_text("def ring_allreduce(comm, x):\n    return 1\n")
+    assert student_function(script, "ring_allreduce", "ring_allreduce(comm, x)")(None, None) == 1
+    script.write_text("def ring_allreduce(comm, x):\n    return 2\n")  # an edited, re-run cell
+    assert load_student(script).ring_allreduce(None, None) == 2
+    script.write_text("ring_allreduce = 3\n")
+    with pytest.raises(ImportError, match=r"defines no function ring_allreduce\(comm, x\)"):
+        student_function(script, "ring_allreduce", "ring_allreduce(comm, x)")
+    with pytest.raises(ImportError, match="notes.txt: not a Python script"):
+        load_student(tmp_path / "notes.txt")
