@@ -23,7 +23,8 @@ package            what                                          labs
 =================  ============================================  ==========
 
 Shared, written once beside them: ``loop`` (task side: the shard, the step loop,
-the timed result), ``devices`` (task side: Lab 5's device tiers), ``student``
+the timed result), ``devices`` (task side: Lab 5's device tiers), ``weights`` (both sides, NumPy only: the
+``.npz`` weights files of Labs 4-6 and their comparison), ``student``
 (loading a student's file with a clear error), ``runs`` (kernel side: the ``Run``
 base class, the run options, the every-rank check) and ``tables`` (one
 ``scaling_table``). The scaling model is :mod:`lab_utils.simulate` (it starts no

@@ -36,7 +36,7 @@ from lab_utils.cluster import MPIJob, netem
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.options import keyword_options
 from lab_utils.training import loop
-from lab_utils.training.allreduce.weights import load_weights_file
+from lab_utils.training.weights import load_weights_file
 
 STEP_COLUMNS = ["time", "task", "step", "examples"]
 #: Open MPI's ring algorithm for MPI_Allreduce (what "ring all-reduce" means in a run's table).

@@ -4,8 +4,8 @@
   ``train_hvd.py`` calls, and the references without Horovod (one big-batch process,
   ``MultiWorkerMirroredStrategy``). ``python -m lab_utils.training.allreduce`` runs it
   (``__main__``);
-- ``settings`` and ``weights`` (pure helpers, no TensorFlow; ``task`` re-exports them):
-  the command line and its check, and the ``.npz`` weights files and their comparison;
+- ``settings`` (a pure helper, no TensorFlow; ``task`` re-exports it): the command line
+  and its check (the weights files are :mod:`lab_utils.training.weights`, shared with Labs 5-6);
 - ``ring_check`` (task side, under ``mpirun``): a student's ``ring_allreduce`` checked
   against MPI's ``Allreduce`` and timed;
 - ``runs`` (kernel side): ring checks, bandwidth sweeps, Horovod / one-process / MWMS

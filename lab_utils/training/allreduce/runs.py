@@ -35,9 +35,9 @@ from lab_utils.cluster import MPIJob, TFCluster, new_run_dir
 from lab_utils.cluster.job import format_args
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training.allreduce.settings import check_args
-from lab_utils.training.allreduce.weights import max_difference
 from lab_utils.training.runs import RunOptions, TrainRun, finish_run, horovod_job, takes_run_options
 from lab_utils.training.tables import plot_scaling, scaling_table
+from lab_utils.training.weights import max_difference
 
 __all__ = [
     "RANK_MEMORY_BYTES",

@@ -49,7 +49,7 @@ from lab_utils.training.allreduce.settings import (
     make_parser,
     parse_args,
 )
-from lab_utils.training.allreduce.weights import load_weights_file, max_difference, save_weights
+from lab_utils.training.weights import load_weights_file, max_difference, save_weights
 
 __all__ = [
     "MODELS",
@@ -160,7 +160,7 @@ def load_data(settings: Settings):
     return lab_data.Dataset(d.x_train, d.y_train, d.x_test[:n], d.y_test[:n], d.source, d.name, d.num_classes)
 
 
-# ----------------------------------------------------------------------------- weights (the files: allreduce.weights)
+# ----------------------------------------------------------------------------- weights (the files: training.weights)
 
 
 def weights_sum(model) -> float:

@@ -34,10 +34,10 @@ import pandas as pd
 from lab_utils.cluster import netem, new_run_dir
 from lab_utils.cluster.job import format_args
 from lab_utils.cluster.netem import EmulatedHosts
-from lab_utils.training.allreduce.weights import load_weights_file
 from lab_utils.training.compression import settings as compression_settings
 from lab_utils.training.compression.codecs import METHODS, STUDENT_FUNCTIONS, ErrorFeedback, make_codec, student_needs
 from lab_utils.training.runs import LaunchOptions, TrainRun, finish_run, horovod_job, takes_launch_options
+from lab_utils.training.weights import load_weights_file
 
 __all__ = ["CompressionRun", "check_student", "run", "summary", "plot"]
 

@@ -37,9 +37,9 @@ from lab_utils import report
 from lab_utils.training import devices as lab_devices
 from lab_utils.training import loop
 from lab_utils.training.allreduce.task import plain_step
-from lab_utils.training.allreduce.weights import save_weights
 from lab_utils.training.student import load_student
 from lab_utils.training.towers.settings import METHODS, PRECISIONS, make_parser, parse_args
+from lab_utils.training.weights import save_weights
 
 __all__ = ["METHODS", "PRECISIONS", "make_parser", "parse_args", "loss_fn", "run", "main"]
 
