@@ -47,6 +47,42 @@ __all__ = ["autograde", "submission_pairs", "usable_cores", "KERNEL_UID_BASE"]
 
 #: Kernels of sandbox slot i run as uid KERNEL_UID_BASE + i (root only; no passwd entry needed).
 KERNEL_UID_BASE = 61000
+#: slots on one machine, whatever grades there (batches of two instructors, Slurm array elements)
+MAX_SLOTS = 512
+
+
+class SlotClaims:
+    """Sandbox slots claimed machine-wide: each slot's kernel runs as its own uid, so two
+    batches on one machine (two instructors, two elements of a Slurm array on one node) must
+    never share a slot, or one's kernel could signal the other's. A claim is a held
+    ``flock`` on ``<lock_dir>/labgrade-slot-<k>.lock``: the kernel drops it when the claimer
+    dies, so a killed batch frees its slots without cleanup."""
+
+    def __init__(self, n: int, lock_dir: str | os.PathLike | None = None):
+        import fcntl
+
+        base = Path(lock_dir or ("/run/lock" if os.access("/run/lock", os.W_OK) else tempfile.gettempdir()))
+        self.files: list = []
+        self.slots: list[int] = []
+        for k in range(MAX_SLOTS):
+            if len(self.slots) == n:
+                break
+            f = open(base / f"labgrade-slot-{k}.lock", "a")  # noqa: SIM115  held until release()
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                continue
+            self.files.append(f)
+            self.slots.append(k)
+        if len(self.slots) < n:
+            self.release()
+            raise RuntimeError(f"no {n} free grading slots on this machine ({MAX_SLOTS} at most are graded at once)")
+
+    def release(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []
 
 
 def submission_pairs(folder: Path):
@@ -93,7 +129,10 @@ class _Batch:
     write their feedback and are merged while the next notebooks run: what grading costs
     besides executing notebooks hides behind them."""
 
-    def __init__(self, root: Path, submissions: Path, jobs: int, isolate: bool | None, settings_file, out, pipeline, n):
+    def __init__(
+        self, root: Path, submissions: Path, jobs: int, isolate: bool | None, settings_file, out, pipeline, n,
+        timing_lock: Path | None = None,
+    ):  # fmt: skip
         self.root, self.submissions, self.jobs, self.isolate = root, submissions, jobs, isolate
         self.settings_file, self.out, self.pipeline = settings_file, out, pipeline
         self.cpu = resources.cpu_cores()  # what a notebook can get here: its time limits follow (stretched)
@@ -104,10 +143,13 @@ class _Batch:
         # others finishing); without: a sandbox holds its turn from its start to its end
         self.admitted = Turns(2 * jobs if pipeline else jobs)
         self.threads = max(1, min(4 * jobs if pipeline else jobs, n))  # n: submissions to grade
-        self.slots = list(range(self.threads))
+        self.claims = SlotClaims(self.threads)
+        self.slots = list(self.claims.slots)
         self.work = Path(tempfile.mkdtemp(prefix="labgrade-"))
         self.work.chmod(0o711)
-        self.timing_lock = self.work / "timing.lock"
+        # one timed run at a time among this batch's sandboxes (or, given, among every grader
+        # sharing the lock: a Slurm node's elements)
+        self.timing_lock = Path(timing_lock) if timing_lock else self.work / "timing.lock"
         self.timing_lock.touch()
         self.timing_lock.chmod(0o644)
         coursedir = nbapi.course_api(root).coursedir
@@ -282,12 +324,19 @@ class _Batch:
             "wall_s": round(time.monotonic() - t0, 3),
         }
         with self.lock:
-            if result["status"] == "graded":
-                results.install(self.root, self.db_url, self.course_id, self.submissions, result)
-            if result["status"] == "graded" or not self.executing.stopped:  # an interrupted one is graded next time
-                results.write_json(results.results_dir(self.root) / student / f"{lab}.json", result)
+            self.deliver(result)
         shutil.rmtree(box_dir, ignore_errors=True)
         return result
+
+    def deliver(self, result: dict) -> None:
+        """Put a result where it belongs, under the batch's lock: a graded one into the course
+        (gradebook, autograded/, feedback/), and its JSON into results/. An interrupted one is
+        not written: it is graded next time. (A Slurm array element stages it instead:
+        :mod:`lab_utils.grading.slurm`.)"""
+        if result["status"] == "graded":
+            results.install(self.root, self.db_url, self.course_id, self.submissions, result)
+        if result["status"] == "graded" or not self.executing.stopped:
+            results.write_json(results.results_dir(self.root) / result["student"] / f"{result['lab']}.json", result)
 
     def stop(self) -> None:
         """No new turns; every running sandbox killed (its worker's pipes then read as closed)."""
@@ -300,6 +349,7 @@ class _Batch:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
+        self.claims.release()
 
 
 def _prepare(root: Path, labs: list[str]) -> None:
