@@ -42,6 +42,26 @@ def _parser() -> argparse.ArgumentParser:
         "each takes its lab's `cpus` from grading/settings.yml",
     )
     p.add_argument("--regrade", action="store_true", help="grade again even what is unchanged since its last grading")
+    p.add_argument(
+        "--slurm",
+        action="store_true",
+        help="grade on the Slurm cluster this machine submits to: a job array per lab, a submission per element "
+        "(run it where sbatch works, with the course on the shared file system)",
+    )
+    p.add_argument(
+        "--sbatch-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="with --slurm: an option for every sbatch, e.g. --sbatch-arg=--partition=labs (repeatable)",
+    )
+    p.add_argument(
+        "--max-running",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --slurm: at most N submissions of a lab graded at once (sbatch --array=...%%N)",
+    )
     p = sub.add_parser("export", help="write grades to CSV")
     p.add_argument("--csv", default=None, help="output file (default: grading/grades.csv, or grading/<lms>.csv)")
     p.add_argument("--lms", choices=["canvas", "moodle"], default=None, help="the gradebook CSV that LMS imports")
@@ -87,7 +107,18 @@ def main(argv=None) -> int:
         elif args.command == "check-release":
             return _check_release(labs, root, labs_dir)
         elif args.command == "autograde":
-            course.autograde(args.submissions, labs, root, jobs=args.jobs, resume=not args.regrade)
+            if (args.sbatch_arg or args.max_running) and not args.slurm:
+                raise ValueError("--sbatch-arg and --max-running need --slurm")
+            course.autograde(
+                args.submissions,
+                labs,
+                root,
+                jobs=args.jobs,
+                resume=not args.regrade,
+                slurm=args.slurm,
+                sbatch_args=args.sbatch_arg,
+                max_running=args.max_running,
+            )
         elif args.command == "export":
             if args.lms:
                 from lab_utils.grading import lms

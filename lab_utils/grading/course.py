@@ -89,13 +89,31 @@ def autograde(
     resume: bool = True,
     settings_file: Path | str | None = None,
     out=None,
+    slurm: bool = False,
+    sbatch_args: list[str] | tuple[str, ...] = (),
+    max_running: int | None = None,
 ) -> dict:
-    """Grade ``submissions/<student>/<lab>/`` (see :mod:`lab_utils.grading.batch`).
+    """Grade ``submissions/<student>/<lab>/`` (see :mod:`lab_utils.grading.batch`; with
+    ``slurm``, as Slurm job arrays: :mod:`lab_utils.grading.slurm`).
     Returns ``{(student, lab): score}``; raises RuntimeError listing any
     infrastructure error (those submissions are not scored: run again)."""
-    rows = batch.autograde(
-        submissions, labs, root, jobs=jobs, resume=resume, settings_file=settings_file, out=out or sys.stdout
-    )
+    if slurm:
+        from lab_utils.grading import slurm as on_slurm
+
+        rows = on_slurm.autograde(
+            submissions,
+            labs,
+            root,
+            resume=resume,
+            settings_file=settings_file,
+            sbatch_args=sbatch_args,
+            max_running=max_running,
+            out=out or sys.stdout,
+        )
+    else:
+        rows = batch.autograde(
+            submissions, labs, root, jobs=jobs, resume=resume, settings_file=settings_file, out=out or sys.stdout
+        )
     failed = [r for r in rows if r["status"] != "graded"]
     if failed:
         raise RuntimeError(

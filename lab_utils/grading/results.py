@@ -239,7 +239,8 @@ def summary(results: list[dict], say=print) -> None:
         f"{len(infra)} infrastructure error(s)"
     )
     for r in infra:
-        say(f"  INFRASTRUCTURE {r['student']}/{r['lab']}: {r['reason']} (not scored; run again)")
+        label = "CANCELLED" if r["status"] == "cancelled" else "INFRASTRUCTURE"
+        say(f"  {label} {r['student']}/{r['lab']}: {r['reason']} (not scored; run again)")
     grouped = [(r, _grouped(r["flags"])) for r in flagged]  # once per submission
     for kind in sorted({kind for _, kinds in grouped for kind in kinds}):
         say(f"  {kind}:")
