@@ -85,6 +85,19 @@ if [ "$TESTS" = 1 ] && ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/ssh
   if [ "$own_policy" = 1 ]; then rm -f "$policy"; fi
 fi
 
+# ---- Slurm and munge for the Slurm tests (tests/process/test_slurm.py; optional) ----------
+# The Slurm test runs a private slurmctld, slurmd's and munged inside emulated hosts: the
+# packages only, not started (policy-rc.d, as for openssh-server).
+if [ "$TESTS" = 1 ] && { [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/munged ]; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  say "installing slurm-wlm and munge (Debian's, not started) for the Slurm test"
+  policy=/usr/sbin/policy-rc.d; own_policy=0
+  if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && own_policy=1; fi
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null 2>&1 \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null 2>&1; }; } \
+    || say "slurm-wlm and munge could not be installed: the Slurm tests will be skipped (they say why)"
+  if [ "$own_policy" = 1 ]; then rm -f "$policy"; fi
+fi
+
 # ---- configurable-http-proxy for the JupyterHub test (tests/process/test_hub.py; optional) ---
 # JupyterHub's proxy is a Node.js program from npm, installed into .tools/chp (no root needed).
 CHP_VERSION=5.3.0

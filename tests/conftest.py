@@ -93,6 +93,30 @@ def pytest_terminal_summary(terminalreporter):
         )
 
 
+@pytest.fixture(scope="session")
+def crafted_class(tmp_path_factory):
+    """Lab 1's crafted class (:data:`support.crafted.CLASS`) graded by the local batch, once a
+    session: ``(root, submissions, results by student, the disk filler's files before,
+    a copy of the submissions as handed in, the results as first graded)``. Its tests
+    (tests/notebooks/test_grading_crafted.py) may change the submissions; the copies are
+    what the Slurm test grades again and compares with (tests/process/test_slurm.py)."""
+    import copy
+
+    from support import crafted
+
+    from lab_utils.grading import batch
+
+    root, subs = crafted.course(
+        tmp_path_factory.mktemp("crafted"), [crafted.CLASS_LAB], crafted.settings_yaml(crafted.CLASS_SETTINGS)
+    )
+    crafted.write_class(subs, root)
+    before = crafted.fillers(root)
+    results = {r["student"]: r for r in batch.autograde(subs, [crafted.CLASS_LAB], root, jobs=2)}
+    handed_in = tmp_path_factory.mktemp("crafted-handed-in") / "submissions"
+    shutil.copytree(subs, handed_in)
+    return root, subs, results, before, handed_in, copy.deepcopy(results)
+
+
 def _gpu_count() -> int:
     if not shutil.which("nvidia-smi"):
         return 0

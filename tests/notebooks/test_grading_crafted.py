@@ -15,7 +15,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 import nbformat
@@ -34,24 +33,9 @@ from lab_utils.grading.tracebacks import QUOTE_NOTICE
 pytestmark = pytest.mark.timeout(900)
 
 REPO = Path(__file__).resolve().parents[2]
-LAB = "01_single_node"
-#: The class: each student hands in a crafted kind, or kinds that spoil a correct submission
-#: in different cells, combined (crafted.craft: one grading of Lab 1 meets them all, and each
-#: still costs nothing but its own flag; issue 25: five gradings fewer)
-QUIET = "tampered+deleted+leaks+snoop+hostile"  # edits to test cells, scratch cells after the first test
-LIMITS = "bomb+disk"  # two last cells, in the vandal's order: nothing after them needs what they took
-STUDENTS = {
-    "correct": "correct",
-    "partly": "partly",
-    "loop": "loop",
-    "exits": "exits",
-    "memory": "memory",
-    "limits": LIMITS,
-    "quiet": QUIET,
-    "broken": "broken",
-    "reordered": "reordered",
-    "forged": "forged",
-}
+LAB = crafted.CLASS_LAB
+QUIET, LIMITS = crafted.QUIET, crafted.LIMITS
+STUDENTS = crafted.CLASS
 #: the student who handed in each kind
 WHO = {kind: student for student, kinds in STUDENTS.items() for kind in kinds.split("+")}
 # (score lost, flag kinds expected) per student; points from the instructor notebook
@@ -73,24 +57,12 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    # a short cell timeout, so that the endless loop costs 40 s, not 300; 64 MB to write (Lab 1
-    # needs about 1), so that the disk filler fills it in a moment
-    settings = "defaults:\n  cell_timeout: 40\n  interrupt_grace: 10\n  cpus: 1.0\n  disk_mb: 64\n"
-    root, subs = crafted.course(tmp_path_factory.mktemp("crafted"), [LAB], settings)
-    for student, kinds in [*STUDENTS.items(), ("blank", "blank")]:
-        crafted.write(kinds, LAB, subs, student=student, root=root)
-    before = _fillers(root)
-    results = batch.autograde(subs, [LAB], root, jobs=2)
-    return root, subs, {r["student"]: r for r in results}, before
+def graded(crafted_class):
+    """The class graded by the local batch, once a session (tests/conftest.py)."""
+    return crafted_class[:4]
 
 
-def _fillers(root: Path) -> set[Path]:
-    """The disk filler's files (``filler.bin``, crafted.DISK_CELL) wherever a submission that got
-    out of its sandbox would have left them: the course, the temporary folders, the grader's
-    home. (Not the disk's free space: anything else on the machine changes that.)"""
-    found = {p for base in {root, Path(tempfile.gettempdir()), Path("/tmp")} for p in base.rglob("filler.bin")}
-    return found | {p for p in [Path.home() / "filler.bin"] if p.exists()}
+_fillers = crafted.fillers
 
 
 def results_flag_lines(result: dict) -> list[str]:
