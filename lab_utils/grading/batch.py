@@ -67,7 +67,10 @@ class SlotClaims:
         for k in range(MAX_SLOTS):
             if len(self.slots) == n:
                 break
-            f = open(base / f"labgrade-slot-{k}.lock", "a")  # noqa: SIM115  held until release()
+            try:
+                f = open(base / f"labgrade-slot-{k}.lock", "a")  # noqa: SIM115  held until release()
+            except PermissionError:  # another user's (a shared /tmp without root): theirs
+                continue
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -118,6 +121,25 @@ PREPARE_S = 300
 FINISH_S = 600
 
 
+def make_templates(root: Path, labs: list[str], folder: Path) -> tuple[dict[str, Path], Path]:
+    """In ``folder`` (made, root only): one generated course per lab (config, source, release,
+    a gradebook that knows only the assignment) that every worker copies instead of
+    generating its own, and the reference scripts' solution lines that feedback must not
+    quote. Returns ``({lab: template}, the lines' file)``."""
+    folder.mkdir(mode=0o700)
+    lines_file = folder / "solution-lines.json"
+    lines_file.write_text(json.dumps(scripts.solution_lines(root)))
+    templates = {}
+    for lab in labs:
+        tpl = folder / lab
+        tpl.mkdir()
+        shutil.copy2(root / "nbgrader_config.py", tpl / "nbgrader_config.py")
+        shutil.copytree(root / "source" / lab, tpl / "source" / lab)
+        nbapi.check(nbapi.course_api(tpl).generate_assignment(lab, force=True, create=True), f"template {lab}")
+        templates[lab] = tpl
+    return templates, lines_file
+
+
 class _Stopped(Exception):
     """The batch was interrupted before this submission's turn."""
 
@@ -145,7 +167,7 @@ class _Batch:
         self.threads = max(1, min(4 * jobs if pipeline else jobs, n))  # n: submissions to grade
         self.claims = SlotClaims(self.threads)
         self.slots = list(self.claims.slots)
-        self.work = Path(tempfile.mkdtemp(prefix="labgrade-"))
+        self.work = Path(tempfile.mkdtemp(prefix=f"labgrade-{os.getpid()}-"))  # whose: a dead batch's is found
         self.work.chmod(0o711)
         # one timed run at a time among this batch's sandboxes (or, given, among every grader
         # sharing the lock: a Slurm node's elements)
@@ -157,20 +179,8 @@ class _Batch:
         self.provenance = results.provenance()
 
     def make_templates(self, labs: list[str]) -> None:
-        """One generated course per lab (config, source, release, a gradebook that knows
-        only the assignment) that every worker copies instead of generating its own, and
-        the reference scripts' solution lines that feedback must not quote; root only."""
-        self.templates = {}
-        (self.work / "template").mkdir(mode=0o700)
-        self.lines_file = self.work / "template" / "solution-lines.json"  # root only, like the templates
-        self.lines_file.write_text(json.dumps(scripts.solution_lines(self.root)))
-        for lab in labs:
-            tpl = self.work / "template" / lab
-            tpl.mkdir()
-            shutil.copy2(self.root / "nbgrader_config.py", tpl / "nbgrader_config.py")
-            shutil.copytree(self.root / "source" / lab, tpl / "source" / lab)
-            nbapi.check(nbapi.course_api(tpl).generate_assignment(lab, force=True, create=True), f"template {lab}")
-            self.templates[lab] = tpl
+        """The workers' templates (:func:`make_templates`), in this batch's folder."""
+        self.templates, self.lines_file = make_templates(self.root, labs, self.work / "template")
 
     def say(self, line: str) -> None:
         with self.lock:

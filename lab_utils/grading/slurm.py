@@ -255,6 +255,9 @@ class _Driver:
         by_lab: dict[str, list[dict]] = {}
         for student, lab, hashes in todo:
             by_lab.setdefault(lab, []).append({"student": student, "hashes": hashes})
+        # the workers' templates, made once for the whole class (on the shared file system)
+        batch_dir.mkdir(parents=True)
+        templates, lines_file = local.make_templates(self.root, sorted(by_lab), batch_dir / "template")
         for lab, entries in sorted(by_lab.items()):
             folder = batch_dir / lab
             (folder / "logs").mkdir(parents=True)
@@ -264,6 +267,8 @@ class _Driver:
                 "submissions": str(self.submissions),
                 "settings_file": str(settings_file) if settings_file else None,
                 "lab": lab,
+                "template": str(templates[lab]),
+                "solution_lines": str(lines_file),
                 "entries": entries,
             }
             results.write_json(folder / "list.json", spec)
@@ -453,9 +458,9 @@ def element(lab_dir: Path | str, index: int, out=sys.stdout) -> int:
         1,
         timing_lock=NODE_TIMING_LOCK if os.access(NODE_TIMING_LOCK.parent, os.W_OK) else None,
     )
+    graded.templates, graded.lines_file = {lab: Path(spec["template"])}, Path(spec["solution_lines"])
     pool = ThreadPoolExecutor(max_workers=1)
     try:
-        graded.make_templates([lab])
         print(f"element {index}: {student}/{lab} on {os.uname().nodename}, {cores} core(s)", file=out, flush=True)
         result = pool.submit(graded.grade, student, lab, entry["hashes"]).result()
         print(f"element {index}: {student}/{lab}: {results.line(result)}", file=out, flush=True)

@@ -66,6 +66,9 @@ def missing() -> str | None:
     if absent:
         packages = sorted({TOOLS[name] for name in absent})
         return f"{', '.join(absent)} not installed (Debian's {', '.join(packages)}: make setup installs slurm-wlm and munge as root)"
+    probe = subprocess.run([tool("unshare"), "--mount", "--uts", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:  # a node's own host name and /etc/hosts
+        return f"unshare --mount --uts failed: {probe.stderr.strip()}"
     return None
 
 
@@ -290,17 +293,9 @@ class SlurmCluster:
                     tree[q.pid] = q
             except psutil.NoSuchProcess:
                 continue
-        # what its processes had open in the temporary folder: their folders go with the machine's disk
+        # the batches' folders of its elements (labgrade-<pid>-*): they go with the machine's disk
         scratch = Path(tempfile.gettempdir())
-        lost = set()
-        for q in tree.values():
-            try:
-                for f in q.open_files():
-                    parts = Path(f.path).relative_to(scratch).parts if f.path.startswith(f"{scratch}/") else ()
-                    if parts and parts[0].startswith("labgrade-"):
-                        lost.add(scratch / parts[0])
-            except psutil.Error:
-                continue
+        lost = [folder for pid in tree for folder in scratch.glob(f"labgrade-{pid}-*")]
         for q in tree.values():
             try:
                 q.kill()
