@@ -1,6 +1,6 @@
 """Autograde N correct submissions of a lab three ways in one run; JSON out.
 
-    python bench/bench_grading.py [--labs 01,02] [--n 10] [--out bench-grading.json]
+    python bench/bench_grading.py [--labs 01,02] [--n 10] [--modes plain,parallel] [--out bench-grading.json]
 
 - ``plain``: one notebook at a time, each sandbox from its start to its end before the
   next one starts (no pipeline: what grading cost before the gate);
@@ -34,14 +34,21 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-import crafted  # noqa: E402
+from support import crafted  # noqa: E402
 
 from lab_utils.grading import batch, layout  # noqa: E402
 from lab_utils.grading.settings import grading_settings  # noqa: E402
 
 PHASES = ("prepare", "course", "autograde", "account", "feedback")
+#: mode -> (jobs, pipeline) for a machine of ``cores`` usable cores
+MODES = {
+    "plain": lambda cores: (1, False),
+    "serial": lambda cores: (1, True),
+    "parallel": lambda cores: (cores, True),
+    "oversubscribed": lambda cores: (2 * cores, True),  # labs over one core only
+}
 
 
 def _course(tmp: Path, lab: str, n: int) -> tuple[Path, Path]:
@@ -94,30 +101,42 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--labs", default="01,02")
     parser.add_argument("--n", type=int, default=10)
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"which batches, comma-separated, of {', '.join(MODES)} (default: all; "
+        "plain,parallel for a capacity plan: plain is what one Slurm element does)",
+    )
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
-    out = {"n": args.n, "cores": batch.usable_cores(), "labs": {}}
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        parser.error(f"unknown modes {unknown}; choose from {', '.join(MODES)}")
+    out = {"n": args.n, "cores": batch.usable_cores(), "modes": modes, "labs": {}}
     for lab in layout.select_labs(args.labs.split(",")):
-        plain = _grade(lab, args.n, 1, pipeline=False)
-        serial = _grade(lab, args.n, 1)
-        parallel = _grade(lab, args.n, out["cores"])
         cpus = grading_settings(lab)["cpus"]
-        out["labs"][lab] = {
-            "cpus": cpus,  # what one of its notebooks takes (grading/settings.yml)
-            "plain": plain,
-            "serial": serial,
-            "parallel": parallel,
-            "pipeline_gain": round(plain["wall_s"] / serial["wall_s"], 2),  # same jobs, with and without
-            "speedup": round(serial["wall_s"] / parallel["wall_s"], 2),  # parallel over serial, both pipelined
-            "speedup_over_plain": round(plain["wall_s"] / parallel["wall_s"], 2),
-            # the most a parallel batch could gain: the cores over what one notebook at a time keeps busy
-            "speedup_ceiling": round(out["cores"] / plain["busy_cores"], 2),
+        runs = {
+            mode: _grade(lab, args.n, *MODES[mode](out["cores"]))
+            for mode in modes
+            if mode != "oversubscribed" or cpus > 1
         }
-        if cpus > 1:
-            over = _grade(lab, args.n, 2 * out["cores"])
-            out["labs"][lab]["oversubscribed"] = over
-            out["labs"][lab]["speedup_oversubscribed"] = round(serial["wall_s"] / over["wall_s"], 2)
-        print(f"{lab}: {out['labs'][lab]}", file=sys.stderr, flush=True)
+        one = {"cpus": cpus, **runs}  # cpus: what one of its notebooks takes (grading/settings.yml)
+        # seconds of a batch's wall time per submission: what a capacity plan multiplies
+        one["per_submission_s"] = {mode: round(r["wall_s"] / max(1, r["graded"]), 2) for mode, r in runs.items()}
+        ratios = {
+            "pipeline_gain": ("plain", "serial"),  # same jobs, with and without the pipeline
+            "speedup": ("serial", "parallel"),  # parallel over serial, both pipelined
+            "speedup_over_plain": ("plain", "parallel"),
+            "speedup_oversubscribed": ("serial", "oversubscribed"),
+        }
+        for name, (slow, fast) in ratios.items():
+            if slow in runs and fast in runs:
+                one[name] = round(runs[slow]["wall_s"] / runs[fast]["wall_s"], 2)
+        if "plain" in runs:  # the most a parallel batch could gain: the cores over what one at a time keeps busy
+            one["speedup_ceiling"] = round(out["cores"] / runs["plain"]["busy_cores"], 2)
+        out["labs"][lab] = one
+        print(f"{lab}: {one}", file=sys.stderr, flush=True)
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:
