@@ -70,5 +70,5 @@ lock:  ## resolve requirements/base.in + dev.in into requirements/constraints.tx
 	@UPGRADE=$(UPGRADE) bash scripts/lock.sh
 
 clean:  ## remove run outputs, logs and course state (keeps .venv)
-	rm -rf out bench/results grading/release grading/reference grading/submitted grading/autograded grading/feedback grading/results grading/gradebook.db
+	rm -rf out bench/results grading/release grading/reference grading/submitted grading/autograded grading/feedback grading/results grading/slurm grading/gradebook.db
 	$(PY) -m lab_utils reap
