@@ -348,6 +348,18 @@ class _Driver:
         if jobs:
             _run(["scancel", *jobs])
 
+    def stop(self) -> bool:
+        """Cancel the arrays and wait for their elements to end (what they staged meanwhile
+        is merged; the rest is graded next time). True once every element has ended."""
+        try:
+            self.cancel()
+            if self.wait(timeout=CANCEL_S):
+                return True
+            self.say(f"autograde --slurm: elements still ran {CANCEL_S} s after scancel; their results merge next time")
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            self.say(f"autograde --slurm: could not cancel its arrays ({exc}): scancel --name=labgrade-<lab>")
+        return False
+
 
 def autograde(
     submissions: Path | str,
@@ -385,23 +397,23 @@ def autograde(
     driver.say(f"autograde --slurm: {len(todo)} to grade, {len(graded)} unchanged since their last grading")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     batch_dir = root / "slurm" / f"{stamp}-{secrets.token_hex(3)}"
+    ended = True
     try:
         if todo:
             driver.submit(batch_dir, todo, settings_file, list(sbatch_args), max_running)
             driver.wait()
-    except KeyboardInterrupt:
-        driver.cancel()
-        if not driver.wait(timeout=CANCEL_S):  # what was staged meanwhile is merged; the rest is graded next time
+    except BaseException as exc:  # Ctrl-C, or sbatch or squeue failing: no array is left running
+        ended = driver.stop()
+        if isinstance(exc, KeyboardInterrupt):
             driver.say(
-                f"autograde --slurm: elements still ran {CANCEL_S} s after scancel; their results merge next time"
+                "autograde --slurm interrupted: its arrays are cancelled; merged results are kept; "
+                "run the same command again to resume"
             )
-        driver.say(
-            "autograde --slurm interrupted: its arrays are cancelled; merged results are kept; run the same command again to resume"
-        )
         raise
     finally:
-        if batch_dir.is_dir() and not any(batch_dir.glob("*/out/*/result.json")):
-            shutil.rmtree(batch_dir, ignore_errors=True)  # the logs of a batch that ended
+        # the batch's folder (templates, lists, logs) once every element has ended and all is merged
+        if ended and batch_dir.is_dir() and not any(batch_dir.glob("*/out/*/result.json")):
+            shutil.rmtree(batch_dir, ignore_errors=True)
     graded += driver.results
     results.summary(graded, driver.say)
     results.write_csv(graded, results.results_dir(root) / "grades.csv")
@@ -446,6 +458,9 @@ def element(lab_dir: Path | str, index: int, out=sys.stdout) -> int:
     entry = spec["entries"][index]
     lab, student = spec["lab"], entry["student"]
     cores = int(os.environ.get("SLURM_CPUS_PER_TASK") or resources.usable_cores())
+    # a scancel (SIGTERM) while the batch makes its folder would leave it behind: held until
+    # the try below, which removes it whatever happens
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
     graded = _StagingBatch(
         lab_dir / "out" / student,
         Path(spec["root"]),
@@ -461,6 +476,7 @@ def element(lab_dir: Path | str, index: int, out=sys.stdout) -> int:
     graded.templates, graded.lines_file = {lab: Path(spec["template"])}, Path(spec["solution_lines"])
     pool = ThreadPoolExecutor(max_workers=1)
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # a scancel that came meanwhile lands here
         print(f"element {index}: {student}/{lab} on {os.uname().nodename}, {cores} core(s)", file=out, flush=True)
         result = pool.submit(graded.grade, student, lab, entry["hashes"]).result()
         print(f"element {index}: {student}/{lab}: {results.line(result)}", file=out, flush=True)
@@ -472,6 +488,9 @@ def element(lab_dir: Path | str, index: int, out=sys.stdout) -> int:
         pool.shutdown(wait=True, cancel_futures=True)
         graded.cleanup()
     return 0
+
+
+_STOPS = {signal.SIGTERM, signal.SIGINT}
 
 
 def _terminated(signum, frame):  # scancel's SIGTERM: stop the sandbox, stage nothing
