@@ -137,10 +137,15 @@ def main(argv=None) -> None:
             one["speedup_ceiling"] = round(out["cores"] / runs["plain"]["busy_cores"], 2)
         out["labs"][lab] = one
         print(f"{lab}: {one}", file=sys.stderr, flush=True)
+    emit(out, args.out)
+
+
+def emit(out: dict, path: str | None) -> None:
+    """The JSON on stdout, and in ``path`` when given."""
     text = json.dumps(out, indent=1)
     print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    if path:
+        Path(path).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -29,21 +29,15 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from support import crafted, slurm  # noqa: E402
+from bench_grading import _busy_s, _course, emit  # noqa: E402  (n correct submissions, the CPU, the JSON)
+from support import slurm  # noqa: E402
 
 from lab_utils.grading import layout  # noqa: E402
 
 
-def _busy_s() -> float:
-    t = psutil.cpu_times()
-    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
-
-
 def _grade(lab: str, n: int, nodes: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-grading-slurm-") as tmp:
-        root, subs = crafted.course(Path(tmp), [lab], (REPO / "grading" / "settings.yml").read_text())
-        for i in range(n):
-            crafted.write("correct", lab, subs, student=f"student{i:02d}", root=root)
+        root, subs = _course(Path(tmp), lab, n)
         cluster = slurm.SlurmCluster(Path(tmp) / "slurm", nodes=nodes, cpus=2).start()
         try:
             cmd = [sys.executable, "-m", "lab_utils.grading", "--root", str(root), "autograde", str(subs), "--slurm"]
@@ -89,10 +83,7 @@ def main(argv=None) -> None:
     one, many = out["runs"]
     # seconds per submission on 1 node over K nodes, measured in this run
     out["per_submission_ratio"] = round(one["per_submission_s"] / many["per_submission_s"], 2)
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -303,19 +303,9 @@ class _Batch:
         if failure is None and result_file.is_file():
             result = json.loads(result_file.read_text())
         else:
-            log = box_dir / "worker.log"
-            tail = log.read_text(errors="replace").splitlines()[-40:] if log.is_file() else []
-            result = {
-                "status": "infrastructure error",
-                "student": student,
-                "lab": lab,
-                "reason": failure or "the grading worker wrote no result",
-                "log_tail": tail,
-                "score": None,
-                "max_score": None,
-                "cells": [],
-                "flags": [],
-            }
+            result = results.not_graded(
+                student, lab, failure or "the grading worker wrote no result", box_dir / "worker.log"
+            )
         late = late_flag(self.submissions / student / lab, parse_due(settings["due"]))
         if late:
             result["flags"].append(late)

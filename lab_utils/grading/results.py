@@ -30,6 +30,7 @@ __all__ = [
     "write_json",
     "merge",
     "install",
+    "not_graded",
     "line",
     "flag_lines",
     "add_flags_to_feedback",
@@ -147,6 +148,24 @@ def install(root: Path, db_url: str, course_id: str, submissions: Path, result: 
         add_flags_to_feedback(root / "feedback" / student / lab, result["flags"])
     for key in ("autograded", "feedback", "db"):
         result.pop(key, None)
+
+
+def not_graded(student: str, lab: str, reason: str, log: Path | None = None, *, status: str = "infrastructure error",
+               flags: list[dict] | None = None) -> dict:  # fmt: skip
+    """A result without a score (never a 0): ``status`` and why, with the last 40 lines of
+    ``log`` when there is one; the next run grades it again."""
+    tail = log.read_text(errors="replace").splitlines()[-40:] if log is not None and log.is_file() else []
+    return {
+        "status": status,
+        "student": student,
+        "lab": lab,
+        "reason": reason,
+        "log_tail": tail,
+        "score": None,
+        "max_score": None,
+        "cells": [],
+        "flags": list(flags or []),
+    }
 
 
 def line(result: dict) -> str:

@@ -207,34 +207,14 @@ def _not_graded(entry: dict, lab: str, state: str, detail: str, log: Path) -> di
     same command grades it next time), else an infrastructure error that names why (never
     a 0)."""
     if state == "CANCELLED":
-        return {
-            "status": "cancelled",
-            "student": entry["student"],
-            "lab": lab,
-            "reason": "its Slurm job was cancelled before its result: the same command grades it",
-            "log_tail": [],
-            "score": None,
-            "max_score": None,
-            "cells": [],
-            "flags": [],
-        }
+        why = "its Slurm job was cancelled before its result: the same command grades it"
+        return results.not_graded(entry["student"], lab, why, status="cancelled")
     why = {
         "NODE_FAIL": f"its node {detail or ''} failed while it was graded (Slurm NODE_FAIL)",
         "TIMEOUT": "its Slurm job ran past its time limit",
         "OUT_OF_MEMORY": "its Slurm job ran out of memory",
     }.get(state, f"its Slurm job ended {state} without a result")
-    tail = log.read_text(errors="replace").splitlines()[-40:] if log.is_file() else []
-    return {
-        "status": "infrastructure error",
-        "student": entry["student"],
-        "lab": lab,
-        "reason": why,
-        "log_tail": tail,
-        "score": None,
-        "max_score": None,
-        "cells": [],
-        "flags": [{"kind": "regrade", "detail": why}],
-    }
+    return results.not_graded(entry["student"], lab, why, log, flags=[{"kind": "regrade", "detail": why}])
 
 
 class _Driver:

@@ -67,3 +67,14 @@ def test_slot_claims_are_exclusive_on_a_machine_and_freed_with_their_holder(tmp_
     second.release()
     third.release()
     assert sorted(p.name for p in Path(tmp_path).iterdir())[:1] == ["labgrade-slot-0.lock"]
+
+
+def test_a_result_without_a_score_keeps_the_logs_last_lines(tmp_path):
+    from lab_utils.grading import results
+
+    log = tmp_path / "worker.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    r = results.not_graded("s", "01", "the grading worker exited 1", log)
+    assert r["status"] == "infrastructure error" and r["score"] is None and r["max_score"] is None
+    assert r["log_tail"] == [f"line {i}" for i in range(60, 100)] and r["cells"] == [] and r["flags"] == []
+    assert results.not_graded("s", "01", "why", tmp_path / "absent.log")["log_tail"] == []
