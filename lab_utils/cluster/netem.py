@@ -15,7 +15,8 @@ On one machine every task talks over loopback, where the network costs nothing.
 - a task starts as ``ip netns exec <host> <command>`` (the same process: ``ip`` execs
   the command), so the process life cycle, guards and reaping are unchanged;
 - the bytes each host sent and received are its bridge port's counters
-  (:meth:`Network.counters`): real per-host network bytes.
+  (:meth:`Network.counters`): real per-host network bytes, and only the tasks' own (the
+  links are silent: no IPv6 address to announce, no multicast snooping on the bridge).
 
 Two ways to build it, chosen from what this process may do (its capabilities, never its
 uid; :func:`how`):
@@ -323,15 +324,20 @@ class Network(BaseNetwork):
 
     def _create(self) -> None:
         ip = lambda *a: _run(["ip", *a])  # noqa: E731
+        # Silent links: a link-local IPv6 address (DAD, router solicitation, MLD reports) and
+        # the bridge's multicast snooping (IGMP) would send a few hundred bytes over the
+        # first seconds, counted as the tasks' traffic and arriving while they are read.
+        # The tasks speak IPv4; loopback keeps ::1.
         ip("netns", "add", self.hub)
-        ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
+        ip("-n", self.hub, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
+        ip("-n", self.hub, "link", "set", "br0", "addrgenmode", "none")
         ip("-n", self.hub, "link", "set", "br0", "up")
         for i, ns in enumerate(self.hosts):
             ip("netns", "add", ns)
             ip("-n", self.hub, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-            ip("-n", self.hub, "link", "set", f"v{i}", "master", "br0", "up")
+            ip("-n", self.hub, "link", "set", f"v{i}", "master", "br0", "addrgenmode", "none", "up")
             ip("-n", ns, "addr", "add", f"{self.address(i)}/{self.subnet.prefixlen}", "dev", "eth0")
-            ip("-n", ns, "link", "set", "eth0", "up")
+            ip("-n", ns, "link", "set", "eth0", "addrgenmode", "none", "up")
             ip("-n", ns, "link", "set", "lo", "up")
             self._shape(ns, "eth0")  # what the host sends
             self._shape(self.hub, f"v{i}")  # what it receives

@@ -71,16 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     hosts: list[subprocess.Popen] = []
     netem_ok = True
     _run("ip", "link", "set", "lo", "up")
-    _run("ip", "link", "add", "br0", "type", "bridge")
+    # silent links (see netem.Network._create): no IPv6 addresses, no multicast snooping
+    _run("ip", "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
+    _run("ip", "link", "set", "br0", "addrgenmode", "none")
     _run("ip", "link", "set", "br0", "up")
     for i, address in enumerate(spec["addresses"]):
         proc = _host()
         hosts.append(proc)
         enter = ["nsenter", "--target", str(proc.pid), "--net"]
         _run("ip", "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", str(proc.pid))
-        _run("ip", "link", "set", f"v{i}", "master", "br0", "up")
+        _run("ip", "link", "set", f"v{i}", "master", "br0", "addrgenmode", "none", "up")
         _run(*enter, "ip", "addr", "add", address, "dev", "eth0")
-        _run(*enter, "ip", "link", "set", "eth0", "up")
+        _run(*enter, "ip", "link", "set", "eth0", "addrgenmode", "none", "up")
         _run(*enter, "ip", "link", "set", "lo", "up")
         netem_ok &= _shape(enter, "eth0", spec)  # what the host sends
         netem_ok &= _shape([], f"v{i}", spec)  # what it receives
