@@ -51,6 +51,11 @@ VARIABLES = {
         Var("LABS_RESULTS_FILE", None, "set by run_labs: where a notebook's record() goes"),
         Var("LABS_HEADLESS", None, "1: nobody watches (static figures), 0: a person does (live widgets)"),
         Var(
+            "LABS_TRACE",
+            None,
+            "0: tasks record no timeline spans (bench/bench_timeline.py measures what recording costs); default on",
+        ),
+        Var(
             "LABS_HANDIN_URL",
             None,
             "the class's hand-in service, e.g. http://127.0.0.1:8000/services/handin/ (set by the Hub's spawner): "
@@ -91,6 +96,7 @@ RUN_DIR, TASK, REPORT_FILE, REPORT_DIR, JOB = (
     "LABS_JOB",
 )
 RESULTS_FILE, HEADLESS, ALLOW_EXPOSED = "LABS_RESULTS_FILE", "LABS_HEADLESS", "LABS_ALLOW_EXPOSED"
+TRACE = "LABS_TRACE"
 HANDIN_URL, OFFLINE = "LABS_HANDIN_URL", "LABS_OFFLINE"
 SANDBOX, GRADING_TIMING, GRADING_TIMING_LOCK, GRADING_REFERENCE_DIR = (
     "LAB_SANDBOX",

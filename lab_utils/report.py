@@ -7,6 +7,17 @@ Training scripts (the ``train_*.py`` files a lab launches) call::
     report.step(step, examples, loss=..., accuracy=...)
     report.result(accuracy=0.91, examples_per_sec=1234.0)
 
+and, for the run's timeline (:mod:`lab_utils.timeline`), the parts of a step::
+
+    with report.span("allreduce", "comm"):       # or report.add_span(name, cat, start, end)
+        ...
+    report.step(step, examples, started=t0)     # the spans recorded since go with this step
+
+A span's category is one of :data:`CATEGORIES`: ``compute``, ``comm`` (push, pull,
+all-reduce...), ``wait`` (a token, a barrier, a slower worker), ``delay`` (a straggler's
+injected sleep), ``eval`` (the chief's evaluation, not training). What a step's spans do
+not cover is ``other`` (the input pipeline, Python). ``LABS_TRACE=0`` records none.
+
 The launcher (``lab_utils.cluster``) tells each task where to write through
 environment variables, reads ``ready`` events to know a task is up, and returns
 ``result`` events from ``cluster.results()``. ``lab_utils.metrics`` joins step
@@ -35,11 +46,30 @@ from typing import Any
 
 from lab_utils import config
 
-__all__ = ["event", "ready", "step", "result", "read_events", "iter_events", "EventTail", "task_name", "rank"]
+__all__ = [
+    "event",
+    "ready",
+    "step",
+    "result",
+    "span",
+    "add_span",
+    "tracing",
+    "CATEGORIES",
+    "read_events",
+    "iter_events",
+    "EventTail",
+    "task_name",
+    "rank",
+]
+
+#: What a span of a step may be (``other``: what no span covers, added by the reader).
+CATEGORIES = ("compute", "comm", "wait", "delay", "eval")
 
 _RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 _handle = None
 _handle_path: str | None = None
+_spans: list[list] = []  # [name, category, start, end] of the step in progress
+_tracing: bool | None = None
 
 
 def rank() -> int | None:
@@ -87,11 +117,13 @@ def _clean(value: Any) -> Any:
 def event(kind: str, **fields: Any) -> dict:
     """Write one event and return it. Lines are flushed at once (the launcher
     and the metrics sampler read them while the task runs)."""
-    global _handle, _handle_path
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"event kind must be a non-empty string, got {kind!r}")
-    record = {"time": time.time(), "kind": kind, "task": task_name(), "pid": os.getpid()}
-    record.update(_clean(fields))
+    return _write({"time": time.time(), "kind": kind, "task": task_name(), "pid": os.getpid(), **_clean(fields)})
+
+
+def _write(record: dict) -> dict:
+    global _handle, _handle_path
     line = json.dumps(record, separators=(",", ":"))
     path = _target()
     if path is None:
@@ -113,12 +145,60 @@ def ready(**fields: Any) -> dict:
     return event("ready", **fields)
 
 
-def step(step: int, examples: int, **fields: Any) -> dict:
+def tracing() -> bool:
+    """Whether this process records spans (``LABS_TRACE``, read once; default on)."""
+    global _tracing
+    if _tracing is None:
+        _tracing = config.flag(config.TRACE) is not False
+    return _tracing
+
+
+def add_span(name: str, cat: str, start: float, end: float) -> None:
+    """Record that this step spent ``[start, end]`` (``time.time()`` seconds) on ``name``,
+    of category ``cat`` (one of :data:`CATEGORIES`); it goes out with the next :func:`step`."""
+    if cat not in CATEGORIES:
+        raise ValueError(f"span category must be one of {', '.join(CATEGORIES)}, got {cat!r}")
+    if end < start:
+        raise ValueError(f"span {name!r} ends ({end}) before it starts ({start})")
+    if tracing():
+        _spans.append([name, cat, round(start, 6), round(end, 6)])
+
+
+class span:
+    """``with report.span(name, cat):`` times the block as a span of this step (see
+    :func:`add_span`); the span is recorded even when the block raises."""
+
+    __slots__ = ("name", "cat", "start")
+
+    def __init__(self, name: str, cat: str):
+        if cat not in CATEGORIES:
+            raise ValueError(f"span category must be one of {', '.join(CATEGORIES)}, got {cat!r}")
+        self.name, self.cat = name, cat
+
+    def __enter__(self) -> span:
+        self.start = time.time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if tracing():
+            _spans.append([self.name, self.cat, round(self.start, 6), round(time.time(), 6)])
+
+
+def step(step: int, examples: int, *, started: float | None = None, **fields: Any) -> dict:
     """Progress: ``step`` (global or local, say which in a field if it matters),
-    ``examples`` processed by this task so far, plus e.g. ``loss``, ``accuracy``."""
+    ``examples`` processed by this task so far, plus e.g. ``loss``, ``accuracy``.
+    ``started``: when this step began (``time.time()``): with it, and the spans recorded
+    since the previous step, the step is a bar of the run's timeline."""
     if step < 0 or examples < 0:
         raise ValueError(f"step and examples must be >= 0, got step={step}, examples={examples}")
-    return event("step", step=int(step), examples=int(examples), **fields)
+    record = {"time": time.time(), "kind": "step", "task": task_name(), "pid": os.getpid()}
+    record.update(_clean({"step": int(step), "examples": int(examples), **fields}))
+    if started is not None and tracing():  # already plain floats and strings: not cleaned again
+        record["started"] = round(started, 6)
+        if _spans:
+            record["spans"] = _spans[:]
+    _spans.clear()
+    return _write(record)
 
 
 def result(**fields: Any) -> dict:

@@ -131,6 +131,7 @@ class Job:
         self.run_dir: Path | None = None
         self.tasks: list[Task] = []
         self.notes: list[str] = []
+        self.timeline = None  # lab_utils.timeline.Timeline, once the job ended well (write_trace)
         self.emulate: netem.EmulatedHosts | None = None  # set by subclasses that take hosts=
         self.network: netem.BaseNetwork | None = None  # netem.Network, userns.UserNetwork or PrivateNetwork
         self.placement: list[int] = []  # task index -> emulated host index
@@ -432,6 +433,7 @@ class Job:
                     raise self._fail(failed, f"exited with code {failed.exit_code}")
                 if finished:
                     self.stop()
+                    self.write_trace()
                     break
                 if deadline is not None and time.monotonic() > deadline:
                     hung = next((t for t in self._main_tasks() if t.running()), self.tasks[0])
@@ -443,6 +445,17 @@ class Job:
             if bar:
                 bar.update(final=True)
         return self.results()
+
+    def write_trace(self):
+        """The run's timeline (:mod:`lab_utils.timeline`), written to ``trace.json`` in the
+        run folder when the job ends well; returns it (None without a run folder)."""
+        if self.run_dir is None:
+            return None
+        from lab_utils import timeline
+
+        tasks = [name for name, _ in self._event_files()]
+        self.timeline = timeline.write_trace(self.run_dir, self.events(), tasks, label=self.name)
+        return self.timeline
 
     def results(self) -> dict:
         """Last ``result`` event of each task / rank: ``{"worker:0": {...}}``."""

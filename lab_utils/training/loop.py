@@ -170,10 +170,15 @@ def run_steps(
     ``report.step(global_step, examples, local_step=, loss=, ...)`` event with
     ``extra(previous_global_step, stats)``'s fields and, every ``eval_every``
     global steps when ``evaluate`` is given, ``accuracy=evaluate()`` (its time
-    goes to ``stats.eval_time``, not to training). Marks ``trained`` at the end."""
+    goes to ``stats.eval_time``, not to training). Marks ``trained`` at the end.
+
+    Each step event carries the step's start (``started``) and the spans the technique
+    recorded during it with :func:`lab_utils.report.span` (the evaluation is an ``eval``
+    span): the run's timeline (:mod:`lab_utils.timeline`)."""
     clock.mark("ready")
     stats = LoopStats(step=int(global_step()))
     next_eval = _next_eval(stats.step, eval_every)
+    started = time.time()
     while stats.step < target:
         if before_step is not None:
             before_step()
@@ -187,9 +192,14 @@ def run_steps(
         if evaluate is not None and next_eval is not None and stats.step >= next_eval:
             t_eval = time.time()
             fields["accuracy"] = float(evaluate())
-            stats.eval_time += time.time() - t_eval
+            t_done = time.time()
+            stats.eval_time += t_done - t_eval
+            report.add_span("evaluate", "eval", t_eval, t_done)
             next_eval = _next_eval(stats.step, eval_every)
-        report.step(stats.step, stats.examples, local_step=stats.local_steps, loss=float(loss), **fields)
+        record = report.step(
+            stats.step, stats.examples, started=started, local_step=stats.local_steps, loss=float(loss), **fields
+        )
+        started = record["time"]  # steps tile the loop: writing this event is part of the next step
     clock.mark("trained")
     return stats
 

@@ -127,6 +127,16 @@ class Run:
         """More for the notebook's display, after the line (HTML)."""
         return ""
 
+    def timeline(self):
+        """Where this run's time went, task by task (:class:`lab_utils.timeline.Timeline`):
+        shown interactively in JupyterLab, as an image under papermill and nbgrader, with
+        each task's compute / communication / wait shares; ``.summary()`` is the table."""
+        from lab_utils import timeline
+
+        if not self.run_dir:
+            raise ValueError(f"{self.label}: no run folder, so no timeline")
+        return timeline.load(self.run_dir, label=self.label)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.label!r}: {self.describe()}>"
 
@@ -242,12 +252,33 @@ def finish_run(
 def sweep(run: Callable[..., dict], runs: Iterable[tuple[str, int]], say: Callable[[dict], str], **kwargs: Any):
     """``run(mode, workers, **kwargs)`` for each ``(mode, workers)`` of ``runs``, one line
     (``say(row)``) as each ends: the table of their rows (Lab 4's and Lab 6's experiments)."""
-    rows = []
+    rows, traces = [], {}
     for mode, workers in runs:
         row = run(mode, workers, **kwargs)
         print(f"{mode:>9} with {workers} worker(s): {say(row)} ({row['network']})", flush=True)
+        traces[(mode, workers)] = row.pop("trace", None)
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table.attrs["traces"] = traces  # (mode, workers) -> its trace.json: experiment_timelines()
+    return table
+
+
+def experiment_timelines(table: pd.DataFrame, workers: int | None = None) -> dict:
+    """``{mode: Timeline}`` of an experiment's runs (:func:`sweep`'s table) with ``workers``
+    workers (default: the most it ran), each labelled with its mode, workers and network."""
+    from lab_utils import timeline
+
+    traces = table.attrs.get("traces") or {}
+    workers = int(table["workers"].max()) if workers is None else workers
+    out = {}
+    for _, row in table[table["workers"] == workers].iterrows():
+        path = traces.get((row["mode"], workers))
+        if path is None:
+            raise ValueError(f"{row['mode']} with {workers} workers: no trace (the table lost its attrs?)")
+        out[row["mode"]] = timeline.load(path, label=f"{row['mode']}, {workers} workers, {row['network']}")
+    if not out:
+        raise ValueError(f"no run with {workers} workers; the table has {sorted(table['workers'].unique())}")
+    return out
 
 
 def run_ranks(
@@ -301,6 +332,7 @@ def run_ranks(
         "step_s": max(r["step_s"] for r in done),  # a synchronous step ends with its slowest worker
         "examples_per_s": sum(r["examples_per_s"] for r in done),
     }
+    row["trace"] = str(job.timeline.path) if job.timeline is not None else None  # sweep() keeps it aside
     if job.emulated:
         traffic = job.network.mb_per_step(steps)
         row["ps_mb_per_step"] = traffic[0] if has_ps else None

@@ -207,14 +207,27 @@ def _problems(page) -> list[str]:
     return page.eval_on_selector_all(f'[data-mime-type="{STDERR}"]', "els => els.map(e => e.textContent.slice(0, 300))")
 
 
-def _figure_cells_without_image(page, path: Path) -> list[int]:
-    tagged = [
-        i for i, c in enumerate(nbformat.read(path, as_version=4).cells) if "figure" in c.metadata.get("tags", [])
+def _tagged(path: Path, tag: str, but: str | None = None) -> list[int]:
+    cells = nbformat.read(path, as_version=4).cells
+    return [
+        i for i, c in enumerate(cells) if tag in c.metadata.get("tags", []) and but not in c.metadata.get("tags", [])
     ]
+
+
+def _figure_cells_without_image(page, path: Path) -> list[int]:
+    tagged = _tagged(path, "figure", but="timeline")  # a timeline is interactive here: _timeline_bars()
     has_image = page.eval_on_selector_all(
         ".jp-Notebook .jp-Cell", "els => els.map(e => !!e.querySelector('.jp-OutputArea img'))"
     )
     return [i for i in tagged if i >= len(has_image) or not has_image[i]]
+
+
+def _timeline_bars(page, path: Path) -> dict[int, int]:
+    """Per cell tagged ``timeline``: the bars its interactive Plotly figure drew (0: none)."""
+    bars = page.eval_on_selector_all(
+        ".jp-Notebook .jp-Cell", "els => els.map(e => e.querySelectorAll('.js-plotly-plot .barlayer .point').length)"
+    )
+    return {i: bars[i] if i < len(bars) else 0 for i in _tagged(path, "timeline")}
 
 
 def _run_notebook(browser, jupyterlab, notebooks, key: str, timeout: float, during=None):
@@ -267,6 +280,13 @@ def test_lab2_shows_its_metrics_live_while_the_cluster_trains(browser, jupyterla
     assert len(frames) == 2 and frames[0] != frames[1]
     assert _problems(page) == []
     assert _figure_cells_without_image(page, path) == []
+    # the straggler's timeline, interactive: Plotly's bars drawn in the page (its JavaScript from
+    # JupyterLab's jupyterlab-plotly extension: the page is offline), a bar per step and part
+    timeline = page.locator(".jp-Cell .js-plotly-plot").first
+    timeline.scroll_into_view_if_needed()
+    timeline.screenshot(path=str(ARTIFACTS / "lab2-timeline.png"))
+    bars = _timeline_bars(page, path)
+    assert len(bars) == 1 and min(bars.values()) > 20, bars
     page.close()
 
 

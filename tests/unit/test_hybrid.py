@@ -152,6 +152,7 @@ class _FakeJob:
 
     made: list[_FakeJob] = []
     emulated = True
+    timeline = None  # no trace written
 
     def __init__(self, np, script, args, **kwargs):
         self.np, self.args, self.kwargs = np, args, kwargs

@@ -47,6 +47,7 @@ from lab_utils.cluster import netem
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training.hybrid import settings as hybrid_settings
 from lab_utils.training.runs import LaunchOptions, run_ranks, sweep, takes_launch_options
+from lab_utils.training.runs import experiment_timelines as timelines  # noqa: F401 (the package's name)
 
 __all__ = ["MODES", "RANK_MEMORY_BYTES", "fit_workers", "run", "experiment", "plot"]
 

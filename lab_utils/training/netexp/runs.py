@@ -42,6 +42,7 @@ from lab_utils.cluster.job import format_args
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training.netexp import task as netexp_task
 from lab_utils.training.runs import LaunchOptions, run_ranks, sweep, takes_launch_options
+from lab_utils.training.runs import experiment_timelines as timelines  # noqa: F401 (the package's name)
 
 MODES = ("ps", "allreduce")
 #: shown beside loopback figures where no emulated hosts can be made (lab_utils.reference_runs)

@@ -1,0 +1,133 @@
+"""What recording the timeline costs a step (issue 33; target: under 2 % of step time).
+
+Two measures, in one run:
+
+- **direct**: the task-side cost of one step's recording, timed in this process (a step's
+  spans, ``report.span`` / ``report.add_span``, and the larger step event they ride on),
+  against the step times of the real runs below. Precise: what the recording adds to
+  every step, whatever the noise of a 2-core machine.
+- **A/B**: real runs with recording on and off (``LABS_TRACE=0``), alternated ``--rounds``
+  times: the PS worker's in-graph timestamps (Labs 2-3), Horovod's timeline (Lab 4) and the
+  step loop. Each run's step time is its tasks' ``train_time / local_steps``; the overhead is
+  the ratio of the medians, minus one. On 2 shared cores two runs differ by a few per cent by
+  themselves: the spread is printed with it.
+
+    python bench/bench_timeline.py [--rounds 5] [--steps 200] [--kinds ps-sync,ps-async,horovod]
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lab_utils import report
+
+KINDS = ("ps-sync", "ps-async", "horovod")
+TARGET = 0.02
+
+
+def direct_seconds_per_step(spans: int = 4, n: int = 20000) -> dict:
+    """Seconds one step's recording costs: ``spans`` spans and the step event with them,
+    less the same step event without (the event is written either way)."""
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ["LABS_REPORT_FILE"] = str(Path(folder) / "events.jsonl")
+        try:
+            report._tracing = True
+            t = time.perf_counter()
+            for i in range(n):
+                now = time.time()
+                for _ in range(spans - 1):
+                    with report.span("compute", "compute"):
+                        pass
+                report.add_span("push", "comm", now, now)
+                report.step(i, i, started=now, local_step=i, loss=0.5)
+            traced = (time.perf_counter() - t) / n
+            report._tracing = False
+            t = time.perf_counter()
+            for i in range(n):
+                report.step(i, i, local_step=i, loss=0.5)
+            bare = (time.perf_counter() - t) / n
+        finally:
+            report._tracing = None
+            del os.environ["LABS_REPORT_FILE"]
+    return {"spans_per_step": spans, "seconds_per_step": traced - bare, "event_seconds": bare}
+
+
+def one_run(kind: str, steps: int, traced: bool) -> float:
+    """Mean step seconds of one run of ``kind`` (its workers' or ranks' mean)."""
+    from lab_utils.grading import reference_script
+
+    os.environ["LABS_TRACE"] = "1" if traced else "0"
+    try:
+        if kind.startswith("ps-"):
+            from lab_utils.training.ps import runs as ps_runs
+
+            lab, script = ("03_ps_sync", "train_sync.py") if kind == "ps-sync" else ("02_ps_async", "train_async.py")
+            run = ps_runs.run_ps(
+                reference_script(lab, script),
+                workers=2,
+                monitor=False,
+                progress=False,
+                args={"steps": steps, "batch_size": 50, "eval_every": 0},
+            )
+        else:
+            from lab_utils.training.allreduce import runs as allreduce_runs
+
+            run = allreduce_runs.run_hvd(
+                reference_script("04_allreduce", "train_hvd.py"),
+                2,
+                args={"steps": steps, "batch_size": 50},
+                controller="gloo",
+                timeline=traced,
+                progress=False,
+            )
+    finally:
+        del os.environ["LABS_TRACE"]
+    return statistics.mean(r["train_time"] / r["local_steps"] for r in run.results.values() if r.get("local_steps"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    a = parser.parse_args(argv)
+    kinds = [k for k in a.kinds.split(",") if k]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        parser.error(f"unknown kinds {bad}; known: {', '.join(KINDS)}")
+    direct = direct_seconds_per_step()
+    out = {"target": TARGET, "direct": direct, "runs": {}}
+    for kind in kinds:
+        on, off = [], []
+        for i in range(a.rounds):  # alternated, the order swapped each round
+            for traced in (True, False) if i % 2 == 0 else (False, True):
+                (on if traced else off).append(one_run(kind, a.steps, traced))
+                print(
+                    f"{kind} round {i + 1} traced={traced}: {(on if traced else off)[-1] * 1e3:.3f} ms/step",
+                    file=sys.stderr,
+                )
+        step = statistics.median(off)
+        out["runs"][kind] = {
+            "steps": a.steps,
+            "ms_per_step_traced": [round(x * 1e3, 4) for x in on],
+            "ms_per_step_untraced": [round(x * 1e3, 4) for x in off],
+            "ab_overhead": statistics.median(on) / step - 1,
+            "untraced_spread": (max(off) - min(off)) / step,
+            "direct_overhead": direct["seconds_per_step"] / step,
+            "under_target": direct["seconds_per_step"] / step < TARGET,
+        }
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

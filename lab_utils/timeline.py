@@ -1,0 +1,532 @@
+"""Where a run's time went: one track per task, its steps and their parts.
+
+Every training task reports its steps with :func:`lab_utils.report.step` (``started``
+and the step's spans: ``compute``, ``comm``, ``wait``, ``delay``, ``eval``; what no span
+covers is ``other``). When a job ends, :func:`write_trace` turns its events into a trace in
+the Chrome trace-event format, ``trace.json`` in the run folder, which opens as it is in
+Perfetto (https://ui.perfetto.dev, "Open trace file") or ``chrome://tracing`` ("Load"):
+
+- one track (a trace "process") per task, ``ps:0``, ``worker:1``, ``rank:2``..., in the
+  order the job names them; a task without steps (a PS serving its variables) shows one
+  span from its ``ready`` event to the run's last event;
+- each step a span ``step N`` with its parts nested inside it, clipped to the step and
+  to each other: within a track nothing overlaps;
+- Horovod's own timeline (``timeline.json``, written by rank 0's background thread, with
+  its start time in microseconds since the epoch) merged in, shifted onto the same clock,
+  and read for rank 0's parts of a step: ``NEGOTIATE_ALLREDUCE`` (waiting until every rank
+  has that gradient ready) is ``wait``, ``ALLREDUCE`` is ``comm``, what comes before in the
+  step is ``compute``. Other ranks get the all-reduce (it runs on every rank at once).
+
+Clocks: every timestamp is a process's ``time.time()`` (``tf.timestamp()`` in a graph is the
+same clock). The processes of a run on one machine, emulated hosts included, read one
+clock; on several machines their clocks are as close as NTP keeps them.
+
+In the kernel, :class:`Timeline` (``run.timeline()``) shows it: interactive (Plotly, whose
+JavaScript JupyterLab's ``jupyterlab-plotly`` extension serves offline) where a person
+watches, a static matplotlib image under papermill and nbgrader; :meth:`Timeline.summary` gives
+each task's compute / communication / wait shares of its steps and how much of its
+communication overlapped its own compute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Span", "Timeline", "write_trace", "load", "CATEGORIES", "TRACE_FILE", "HOROVOD_FILE"]
+
+#: The parts of a step, in the order the summary and the legend show them.
+CATEGORIES = ("compute", "comm", "wait", "delay", "other", "eval")
+LABELS = {
+    "compute": "compute",
+    "comm": "communication",
+    "wait": "waiting",
+    "delay": "injected delay",
+    "other": "other (input, Python)",
+    "eval": "evaluation",
+}
+COLORS = {
+    "compute": "#4C78A8",
+    "comm": "#F58518",
+    "wait": "#E45756",
+    "delay": "#B279A2",
+    "other": "#BAB0AC",
+    "eval": "#54A24B",
+}
+TRACE_FILE = "trace.json"
+HOROVOD_FILE = "timeline.json"
+_HOROVOD_PID = 1000  # Horovod's tensors' tracks come after the tasks'
+
+
+@dataclass(frozen=True)
+class Span:
+    """One bar of a track: a step (``cat="step"``) or a part of one."""
+
+    task: str
+    name: str
+    cat: str
+    start: float  # time.time() seconds
+    end: float
+    step: int | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def _parts(step: Span, raw: Iterable[Sequence]) -> list[Span]:
+    """A step's parts, sorted, clipped to the step and to the part before (never overlapping)."""
+    out: list[Span] = []
+    cursor = step.start
+    for name, cat, start, end in sorted(raw, key=lambda r: (r[2], r[3])):
+        lo, hi = max(float(start), cursor), min(float(end), step.end)
+        if hi > lo:
+            out.append(Span(step.task, str(name), str(cat), lo, hi, step.step))
+            cursor = hi
+    return out
+
+
+def _steps(events: Iterable[Mapping]) -> tuple[list[Span], list[Span]]:
+    """``(steps, parts)`` of every ``step`` event that says when it started."""
+    steps, parts = [], []
+    for e in events:
+        if e.get("kind") != "step" or e.get("started") is None:
+            continue
+        s = Span(
+            str(e.get("task")), f"step {e.get('step')}", "step", float(e["started"]), float(e["time"]), e.get("step")
+        )
+        if s.end < s.start:
+            continue
+        steps.append(s)
+        parts += _parts(s, e.get("spans") or [])
+    return steps, parts
+
+
+def _read_horovod(path: str | os.PathLike) -> list[dict]:
+    """Horovod's timeline: a JSON array that a killed or still running job leaves open."""
+    text = Path(path).read_text().strip()
+    if not text:
+        return []
+    if not text.endswith("]"):
+        text = text.rstrip(",\n ") + "]"
+    return json.loads(text)
+
+
+def _horovod_start(trace: list[dict]) -> float | None:
+    for e in trace:
+        start = (e.get("args") or {}).get("start_time_since_epoch_in_micros")
+        if start is not None:
+            return float(start) / 1e6
+    return None
+
+
+def _horovod_activities(trace: list[dict], t0: float) -> dict[str, list[tuple[float, float]]]:
+    """``{activity: [(start, end), ...]}`` (time.time() seconds) of the top-level B/E pairs
+    of every tensor (``NEGOTIATE_ALLREDUCE``, ``ALLREDUCE``, ``ALLGATHER``, ``BROADCAST``...)."""
+    open_at: dict[Any, list] = {}
+    out: dict[str, list] = {}
+    for e in trace:
+        key = (e.get("pid"), e.get("tid"))
+        if e.get("ph") == "B":
+            open_at.setdefault(key, []).append((e.get("name", "?"), e["ts"]))
+        elif e.get("ph") == "E" and open_at.get(key):
+            name, ts = open_at[key].pop()
+            if not open_at[key]:
+                out.setdefault(name, []).append((t0 + ts / 1e6, t0 + e["ts"] / 1e6))
+    return out
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for lo, hi in sorted(intervals):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def _horovod_parts(steps: list[Span], activities: dict[str, list[tuple[float, float]]]) -> list[Span]:
+    """Parts of the steps that recorded none of their own, from Horovod's timeline: rank 0
+    negotiates (``wait``) then all-reduces (``comm``), having computed until it asked
+    (``compute``); every other rank all-reduces at the same moment."""
+    negotiate = _union(iv for name, ivs in activities.items() if name.startswith("NEGOTIATE") for iv in ivs)
+    collective = _union(iv for name, ivs in activities.items() if not name.startswith("NEGOTIATE") for iv in ivs)
+    out: list[Span] = []
+    for s in steps:
+        raw = []
+        mine = [("all-reduce", "comm", lo, hi) for lo, hi in collective if s.start <= lo < s.end]
+        if s.task == "rank:0":
+            mine += [("negotiate", "wait", lo, hi) for lo, hi in negotiate if s.start <= lo < s.end]
+        if not mine:
+            continue
+        first = min(m[2] for m in mine)
+        if first > s.start:
+            raw.append(("gradients", "compute", s.start, first))
+        out += _parts(s, raw + mine)
+    return out
+
+
+def _horovod_overlap(steps: list[Span], activities: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
+    """Seconds rank 0 spent all-reducing some gradients while it still computed others:
+    the collective before the step's last tensor asked to be reduced (its last negotiation)."""
+    negotiate = [iv for name, ivs in activities.items() if name.startswith("NEGOTIATE") for iv in ivs]
+    collective = _union(iv for name, ivs in activities.items() if not name.startswith("NEGOTIATE") for iv in ivs)
+    total = 0.0
+    for s in steps:
+        asks = [lo for lo, hi in negotiate if s.start <= lo < s.end]
+        if asks:
+            computing_until = max(asks)
+            total += sum(max(0.0, min(hi, computing_until) - max(lo, s.start)) for lo, hi in collective)
+    return {"rank:0": total} if steps else {}
+
+
+@dataclass
+class Timeline:
+    """A run's timeline: its tasks (in track order), their steps and the steps' parts,
+    Horovod's own trace where there was one (shifted onto the tasks' clock), and where the
+    trace file is. Build it with :func:`write_trace` or :func:`load`."""
+
+    tasks: list[str]
+    steps: list[Span]
+    parts: list[Span]
+    idle: list[Span]  # tasks without steps: one span each (a PS serving)
+    horovod: list[dict]
+    path: Path | None = None
+    label: str = ""
+    overlap: dict[str, float] | None = None  # seconds of communication during compute, where it can be told
+
+    @classmethod
+    def from_events(
+        cls, events: Sequence[Mapping], tasks: Sequence[str] = (), horovod: str | os.PathLike | None = None
+    ) -> Timeline:
+        """From a job's events (every kind); ``tasks``: the job's task names in order (a
+        task that wrote no event still gets a track); ``horovod``: a Horovod timeline file."""
+        names = list(dict.fromkeys([*tasks, *(str(e.get("task")) for e in events if e.get("task"))]))
+        steps, parts = _steps(events)
+        hvd_trace: list[dict] = []
+        overlap = None
+        if horovod is not None and Path(horovod).is_file():
+            hvd_trace = _read_horovod(horovod)
+            t0 = _horovod_start(hvd_trace)
+            if t0 is not None:
+                own = {p.task for p in parts}
+                bare = [s for s in steps if s.task not in own]
+                activities = _horovod_activities(hvd_trace, t0)
+                parts += _horovod_parts(bare, activities)
+                overlap = _horovod_overlap([s for s in bare if s.task == "rank:0"], activities)
+                hvd_trace = [dict(e, ts=e["ts"] + t0 * 1e6) if "ts" in e else e for e in hvd_trace]
+            else:
+                hvd_trace = []
+        stepping = {s.task for s in steps}
+        last = max((float(e["time"]) for e in events if "time" in e), default=0.0)
+        idle = []
+        for name in names:
+            if name in stepping:
+                continue
+            mine = [float(e["time"]) for e in events if e.get("task") == name and "time" in e]
+            ready = [float(e["time"]) for e in events if e.get("task") == name and e.get("kind") == "ready"]
+            if mine:
+                idle.append(
+                    Span(name, "serving" if ready else "running", "other", min(ready or mine), max(last, *mine))
+                )
+        return cls(names, steps, parts, idle, hvd_trace, overlap=overlap)
+
+    # ---- the trace file
+
+    def origin(self) -> float:
+        starts = [s.start for s in (*self.steps, *self.idle)]
+        return min(starts) if starts else 0.0
+
+    def chrome_trace(self) -> dict:
+        """The Chrome trace-event JSON object (``traceEvents``, timestamps in microseconds)."""
+        origin = self.origin()
+        us = lambda t: round((t - origin) * 1e6, 1)  # noqa: E731
+        events: list[dict] = []
+        pid = {name: i for i, name in enumerate(self.tasks)}
+        for name, i in pid.items():
+            events.append({"ph": "M", "name": "process_name", "pid": i, "args": {"name": name}})
+            events.append({"ph": "M", "name": "process_sort_index", "pid": i, "args": {"sort_index": i}})
+            events.append({"ph": "M", "name": "thread_name", "pid": i, "tid": 0, "args": {"name": "steps"}})
+        for s in sorted((*self.steps, *self.parts, *self.idle), key=lambda s: (s.start, -s.end)):
+            events.append(
+                {
+                    "ph": "X",
+                    "name": s.name,
+                    "cat": s.cat,
+                    "pid": pid[s.task],
+                    "tid": 0,
+                    "ts": us(s.start),
+                    "dur": round((s.end - s.start) * 1e6, 1),
+                    "args": {"step": s.step} if s.step is not None else {},
+                }
+            )
+        for e in self.horovod:  # Horovod's tracks: one per tensor, after the tasks'
+            e = dict(e, pid=_HOROVOD_PID + int(e.get("pid", 0)))
+            if "ts" in e:
+                e["ts"] = round(e["ts"] - origin * 1e6, 1)
+            name = (e.get("args") or {}).get("name")
+            if e.get("name") == "process_name" and name and not name.startswith("horovod"):
+                e["args"] = {"name": "horovod: " + name}
+            elif e.get("name") == "process_name" and not name:
+                e["args"] = {"name": "horovod (rank 0's view)"}
+            if e.get("name") == "process_sort_index":
+                e["args"] = {"sort_index": e["pid"]}
+            events.append(e)
+        return {
+            "traceEvents": events,
+            "displayTimeUnit": "ms",
+            "otherData": {
+                "origin_unix_seconds": origin,
+                "label": self.label,
+                "overlap_seconds": self.overlap,
+                "made_by": "lab_utils.timeline",
+            },
+        }
+
+    def write(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.chrome_trace(), separators=(",", ":")))
+        self.path = path
+        return path
+
+    # ---- checks and numbers
+
+    def problems(self) -> list[str]:
+        """What is wrong with this timeline (empty: valid): a task without a track, a part
+        outside its step, two spans of one track that overlap without nesting."""
+        out = []
+        tracked = {s.task for s in (*self.steps, *self.idle)}
+        out += [f"{t}: no track" for t in self.tasks if t not in tracked]
+        by_step = {(s.task, s.step, s.start): s for s in self.steps}
+        for task in self.tasks:
+            mine = sorted((s for s in self.steps if s.task == task), key=lambda s: s.start)
+            out += [f"{task}: {a.name} and {b.name} overlap" for a, b in pairwise(mine) if b.start < a.end - 1e-6]
+            parts = sorted((p for p in self.parts if p.task == task), key=lambda p: p.start)
+            out += [
+                f"{task}: {a.name} and {b.name} of step {a.step} overlap"
+                for a, b in pairwise(parts)
+                if b.start < a.end - 1e-6
+            ]
+        for p in self.parts:
+            owner = [s for (task, step, _), s in by_step.items() if task == p.task and step == p.step]
+            if not any(s.start - 1e-6 <= p.start and p.end <= s.end + 1e-6 for s in owner):
+                out.append(f"{p.task}: {p.name} ({p.cat}) lies outside step {p.step}")
+        return out
+
+    def seconds(self) -> dict[str, dict[str, float]]:
+        """Per task with steps: seconds of each category; ``step`` is the steps' total
+        less their evaluations (the training time), ``other`` what no part covers."""
+        out: dict[str, dict[str, float]] = {}
+        for s in self.steps:
+            row = out.setdefault(s.task, dict.fromkeys(("step", *CATEGORIES, "steps"), 0.0))
+            row["step"] += s.seconds
+            row["steps"] += 1
+        for p in self.parts:
+            out[p.task][p.cat if p.cat in CATEGORIES else "other"] += p.seconds
+        for row in out.values():
+            row["step"] -= row["eval"]
+            row["other"] += max(0.0, row["step"] - sum(row[c] for c in CATEGORIES if c not in ("other", "eval")))
+        return out
+
+    def summary(self):
+        """A table, one row per task with steps: steps, milliseconds per step, the share of
+        the training time in each category (they add up to 1), and ``overlap``: the share
+        of communication that ran while the same task computed (0 where each part is a
+        blocking call; NaN where it cannot be told)."""
+        import pandas as pd
+
+        rows = []
+        for task, sec in self.seconds().items():
+            row = {"task": task, "steps": int(sec["steps"]), "ms/step": 1e3 * sec["step"] / max(sec["steps"], 1)}
+            for cat in CATEGORIES[:-1]:
+                row[LABELS[cat].split(" (")[0]] = sec[cat] / sec["step"] if sec["step"] > 0 else float("nan")
+            if self.overlap is not None:  # Horovod's timeline: rank 0's view only
+                seconds = self.overlap.get(task)
+                row["overlap"] = seconds / sec["comm"] if seconds is not None and sec["comm"] > 0 else float("nan")
+            else:  # each part a blocking call: nothing runs beside it
+                row["overlap"] = 0.0 if sec["comm"] > 0 else float("nan")
+            rows.append(row)
+        order = {t: i for i, t in enumerate(self.tasks)}
+        rows.sort(key=lambda r: order.get(r["task"], len(order)))
+        return pd.DataFrame(rows).set_index("task") if rows else pd.DataFrame()
+
+    def wait_seconds(self, task: str | None = None) -> float:
+        """Seconds of ``wait`` parts (of one task, or of all)."""
+        return sum(p.seconds for p in self.parts if p.cat == "wait" and (task is None or p.task == task))
+
+    # ---- figures
+
+    def _bars(self, steps: tuple[int, int] | None) -> list[Span]:
+        keep = (lambda s: True) if steps is None else (lambda s: s.step is not None and steps[0] <= s.step <= steps[1])
+        parts = [p for p in self.parts if keep(p)]
+        return [*(s for s in self.steps if keep(s)), *parts, *self.idle]
+
+    def figure(self, steps: tuple[int, int] | None = None):
+        """The interactive Plotly figure: a row per task, each step a grey bar with its
+        parts drawn over it, a hover per span; ``steps=(first, last)`` keeps those steps."""
+        import plotly.graph_objects as go
+
+        origin = self.origin()
+        fig = go.Figure()
+        bars = self._bars(steps)
+        for cat in ("step", *CATEGORIES):
+            mine = [s for s in bars if (s.cat == cat or (cat == "other" and s.cat not in (*CATEGORIES, "step")))]
+            if not mine:
+                continue
+            fig.add_trace(
+                go.Bar(
+                    y=[s.task for s in mine],
+                    x=[s.seconds * 1e3 for s in mine],
+                    base=[(s.start - origin) * 1e3 for s in mine],
+                    orientation="h",
+                    name="step" if cat == "step" else LABELS[cat],
+                    marker_color="#E8E8E8" if cat == "step" else COLORS[cat],
+                    width=0.8 if cat == "step" else 0.6,
+                    hovertext=[
+                        f"{s.task} · {s.name}"
+                        + (f" ({LABELS.get(s.cat, s.cat)})" if cat != "step" else "")
+                        + f": {s.seconds * 1e3:.2f} ms"
+                        for s in mine
+                    ],
+                    hoverinfo="text",
+                )
+            )
+        fig.update_layout(
+            barmode="overlay",
+            title=self.label or None,
+            xaxis_title="milliseconds since the run's first step",
+            yaxis={"categoryorder": "array", "categoryarray": list(reversed(self.tasks)), "title": None},
+            height=160 + 45 * len(self.tasks),
+            margin={"l": 10, "r": 10, "t": 40 if self.label else 10, "b": 40},
+            legend={"orientation": "h", "y": -0.25},
+        )
+        return fig
+
+    def static_figure(self, steps: tuple[int, int] | None = None):
+        """The same timeline as a matplotlib figure (papermill, nbgrader, a report)."""
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+
+        origin = self.origin()
+        fig, ax = plt.subplots(figsize=(10, 1.2 + 0.5 * len(self.tasks)))
+        rows = {t: len(self.tasks) - 1 - i for i, t in enumerate(self.tasks)}
+        used = []
+        for cat in ("step", *CATEGORIES):
+            mine = [s for s in self._bars(steps) if s.cat == cat]
+            if not mine:
+                continue
+            used.append(cat)
+            for task in {s.task for s in mine}:
+                height = 0.8 if cat == "step" else 0.6
+                ax.broken_barh(
+                    [((s.start - origin) * 1e3, s.seconds * 1e3) for s in mine if s.task == task],
+                    (rows[task] - height / 2, height),
+                    facecolors="#E8E8E8" if cat == "step" else COLORS[cat],
+                )
+        ax.set_yticks(list(rows.values()), list(rows))
+        ax.set_xlabel("milliseconds since the run's first step")
+        ax.legend(
+            handles=[
+                Patch(color="#E8E8E8" if c == "step" else COLORS[c], label="step" if c == "step" else LABELS[c])
+                for c in used
+            ],
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.3),
+            ncol=min(len(used), 6),
+            frameon=False,
+        )
+        if self.label:
+            ax.set_title(self.label)
+        fig.tight_layout()
+        return fig
+
+    def how_to_open(self) -> str:
+        where = f"{self.path}" if self.path else "the run folder's trace.json"
+        return (
+            f"The trace: {where}. It opens as it is in Perfetto (https://ui.perfetto.dev, 'Open trace file') "
+            "or in Chrome's chrome://tracing ('Load'): W/S zoom, A/D pan."
+        )
+
+    def show(self, steps: tuple[int, int] | None = None, interactive: bool | None = None) -> None:
+        """Display the figure (interactive where a person watches, else a static image),
+        the summary table and where the trace file is."""
+        from IPython.display import display
+
+        from lab_utils.display import is_headless
+
+        if interactive is None:
+            interactive = not is_headless()
+        if interactive:
+            self.figure(steps).show(renderer="plotly_mimetype")
+        else:
+            import matplotlib.pyplot as plt
+
+            fig = self.static_figure(steps)
+            display(fig)
+            plt.close(fig)
+        display(
+            self.summary()
+            .style.format("{:.1%}", subset=[c for c in self.summary().columns if c not in ("steps", "ms/step")])
+            .format("{:.2f}", subset=["ms/step"])
+        )
+        print(self.how_to_open())
+
+    def _ipython_display_(self) -> None:
+        self.show()
+
+    def __repr__(self) -> str:
+        return f"<Timeline {self.label!r}: {len(self.tasks)} tasks, {len(self.steps)} steps, {len(self.parts)} parts>"
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def write_trace(
+    run_dir: str | os.PathLike, events: Sequence[Mapping], tasks: Sequence[str] = (), label: str = ""
+) -> Timeline:
+    """The timeline of a finished job from its events (and ``timeline.json``, Horovod's, if
+    the run folder holds one), written to ``<run_dir>/trace.json``."""
+    run_dir = Path(run_dir)
+    timeline = Timeline.from_events(events, tasks, horovod=run_dir / HOROVOD_FILE)
+    timeline.label = label
+    timeline.write(run_dir / TRACE_FILE)
+    return timeline
+
+
+def load(path: str | os.PathLike, label: str = "") -> Timeline:
+    """A timeline back from its ``trace.json`` (or the run folder holding one)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / TRACE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no timeline at {path}: runs write one when they finish")
+    trace = json.loads(path.read_text())
+    origin = float(trace.get("otherData", {}).get("origin_unix_seconds", 0.0))
+    names: dict[int, str] = {}
+    steps, parts, idle, horovod = [], [], [], []
+    for e in trace["traceEvents"]:
+        if e.get("pid", 0) >= _HOROVOD_PID:  # back onto Horovod's own numbering and the epoch
+            horovod.append(
+                dict(e, pid=e["pid"] - _HOROVOD_PID, **({"ts": e["ts"] + origin * 1e6} if "ts" in e else {}))
+            )
+            continue
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            names[e["pid"]] = e["args"]["name"]
+        elif e.get("ph") == "X":
+            start = origin + e["ts"] / 1e6
+            s = Span(names[e["pid"]], e["name"], e["cat"], start, start + e["dur"] / 1e6, e.get("args", {}).get("step"))
+            (steps if s.cat == "step" else idle if s.step is None else parts).append(s)
+    other = trace.get("otherData", {})
+    tasks = [names[i] for i in sorted(names)]
+    return Timeline(
+        tasks, steps, parts, idle, horovod, path, label or other.get("label", ""), other.get("overlap_seconds")
+    )
