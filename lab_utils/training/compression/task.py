@@ -20,8 +20,10 @@ learning rate ``--learning-rate x ranks``, plain SGD; the gradients go through
 Each step reports (``lab_utils.report``) ``loss``, ``train_s`` (seconds of training
 so far, warm-up and evaluations excluded), ``bytes_sent`` (what this rank has sent
 so far, by :func:`compression.wire_bytes`), ``error_norm`` (the residuals' norm, for
-``onebit``/``topk``) and, on rank 0 every ``--eval-every`` steps, ``accuracy``. The
-result adds ``bytes_per_step``, ``message_bytes``, ``n_params`` and ``k`` (topk).
+``onebit``/``topk``) and, on rank 0 every ``--eval-every`` steps, ``accuracy``;
+with ``onebit``/``topk``, the step's parts for the run's timeline too (forward/backward,
+encode, allgather, decode, apply: :meth:`TimedFeedback.add_spans`). The result adds
+``bytes_per_step``, ``message_bytes``, ``n_params`` and ``k`` (topk).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from lab_utils import report
 from lab_utils.training import loop
 from lab_utils.training.allreduce import task as allreduce
 from lab_utils.training.compression import codecs as compression
@@ -53,6 +56,7 @@ __all__ = [
     "build_model",
     "load_compressors",
     "make_exchange",
+    "TimedFeedback",
     "train",
     "main",
 ]
@@ -75,6 +79,44 @@ def build_model(settings: Settings):
     return model
 
 
+class TimedFeedback(ErrorFeedback):
+    """An :class:`ErrorFeedback` that keeps when its last :meth:`encode` and :meth:`decode`
+    ran (``time.time()``), for :meth:`add_spans`: the step runs in TensorFlow, but these two
+    are Python (``tf.numpy_function``), and the all-gather is what lies between them."""
+
+    encoded: tuple[float, float] | None = None
+    decoded: tuple[float, float] | None = None
+
+    def encode(self, *grads: np.ndarray) -> np.ndarray:
+        start = time.time()
+        try:
+            return super().encode(*grads)
+        finally:
+            self.encoded = (start, time.time())
+
+    def decode(self, gathered: np.ndarray) -> list[np.ndarray]:
+        start = time.time()
+        try:
+            return super().decode(gathered)
+        finally:
+            self.decoded = (start, time.time())
+
+    def add_spans(self, start: float, end: float) -> None:
+        """The parts of the step that ran from ``start`` to ``end`` (``time.time()``), for the
+        run's timeline (:func:`lab_utils.report.add_span`): ``forward/backward`` (up to the
+        encoding), ``encode``, ``allgather`` (from this rank's message being ready to every
+        rank's having arrived: it includes waiting for a slower rank), ``decode`` and ``apply``
+        (to the step's end). Records nothing unless this step's encode and decode ran between."""
+        enc, dec = self.encoded, self.decoded
+        if enc is None or dec is None or not start <= enc[0] <= enc[1] <= dec[0] <= dec[1] <= end:
+            return
+        report.add_span("forward/backward", "compute", start, enc[0])
+        report.add_span("encode", "compute", *enc)
+        report.add_span("allgather", "comm", enc[1], dec[0])
+        report.add_span("decode", "compute", *dec)
+        report.add_span("apply", "compute", dec[1], end)
+
+
 def make_exchange(
     method: str,
     variables: Sequence[Any],
@@ -85,7 +127,7 @@ def make_exchange(
     """``(exchange, feedback)``: ``exchange(grads)`` returns the gradients of
     ``variables`` averaged over Horovod's ranks, compressed with ``method``; call it
     inside the training step's ``tf.function``. ``feedback`` is the rank's
-    :class:`ErrorFeedback` (None for ``none``/``fp16``).
+    :class:`TimedFeedback` (None for ``none``/``fp16``).
 
     ``none``/``fp16``: one grouped ``hvd.allreduce`` (``op=Average``, with
     ``hvd.Compression.none`` / ``.fp16``). ``onebit`` and ``topk`` (``ratio`` of each
@@ -111,7 +153,7 @@ def make_exchange(
             return hvd.grouped_allreduce(list(grads), op=hvd.Average, compression=compression)
 
         return allreduce, None
-    feedback = ErrorFeedback(codec, [v.shape for v in variables])
+    feedback = TimedFeedback(codec, [v.shape for v in variables])
 
     def allgather(grads: Sequence[Any]) -> list[Any]:
         message = tf.numpy_function(feedback.encode, list(grads), tf.uint8, name=f"{method}_encode")
@@ -141,7 +183,9 @@ def train(
 ) -> dict:
     """Run one untimed warm-up step and ``settings.steps`` steps of ``step`` on this
     rank's batches, reporting each (see the module's docstring); rank 0 evaluates on
-    the test set every ``eval_every`` steps (timed apart). Reports and returns the result."""
+    the test set every ``eval_every`` steps (timed apart). Reports and returns the result.
+    A :class:`TimedFeedback` adds each timed step's parts (:meth:`TimedFeedback.add_spans`);
+    with ``none`` and ``fp16`` the step is one piece of TensorFlow, all-reduce included."""
     from lab_utils.data import load_mnist
 
     clock = loop.Clock()
@@ -152,7 +196,10 @@ def train(
     state = {"steps": 0, "loss": float("nan")}
 
     def one(xb, yb, _stats):
+        start = time.time()
         state["loss"] = float(step(xb, yb))
+        if isinstance(feedback, TimedFeedback):
+            feedback.add_spans(start, time.time())
         state["steps"] += 1
         return state["steps"], state["loss"]
 
@@ -166,8 +213,7 @@ def train(
         return out
 
     evaluate = (lambda: _accuracy(model, data.x_test, data.y_test)) if rank == 0 else None
-    one(*next(batches), None)  # warm-up: tracing and the first collectives, not timed or counted
-    state["steps"] = 0
+    float(step(*next(batches)))  # warm-up: tracing and the first collectives, not timed or counted
     stats = loop.run_steps(
         one,
         batches,

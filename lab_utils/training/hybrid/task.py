@@ -39,22 +39,26 @@ Parallax (Kim et al., EuroSys 2019) therefore sends each kind its own way. ``--m
 All three are synchronous SGD on the average of the workers' gradients: they compute
 the same updates, up to the order of float additions.
 
-Each worker reports a ``step`` event per timed step (``loss``, ``seconds``) and one
-``result``: ``step_s`` (median after ``--warmup`` untimed steps), ``examples_per_s``,
-``loss_start`` (step 0, before any update) and ``loss_end`` (mean of the last steps),
-and the bytes it sent and received per step by category, ``sparse`` (ids and rows) and
-``dense`` (:func:`message_bytes`: exact message sizes for the point-to-point messages,
-the ring's ``2(N-1)/N`` for Horovod's all-reduce).
+Each worker reports a ``step`` event per timed step (``loss``, ``seconds``, and in ``ps``
+and ``hybrid`` mode the step's parts for the run's timeline: ``pull``, ``forward/backward``,
+``allreduce``, ``apply``, ``push``) and one ``result``: ``step_s`` (median after
+``--warmup`` untimed steps), ``examples_per_s``, ``loss_start`` (step 0, before any
+update) and ``loss_end`` (mean of the last steps), and the bytes it sent and received per
+step by category, ``sparse`` (ids and rows) and ``dense`` (:func:`message_bytes`: exact
+message sizes for the point-to-point messages, the ring's ``2(N-1)/N`` for Horovod's
+all-reduce).
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -274,42 +278,58 @@ class _MLP:
             v.assign_sub(rate * g)
 
 
-#: ``step(ids, labels) -> loss``: one worker's training step in one mode.
-StepFn = Callable[[np.ndarray, np.ndarray], float]
+#: ``step(ids, labels, span) -> loss``: one worker's training step in one mode; it times its
+#: parts with ``span(name, category)`` (:func:`lab_utils.report.span`, or :func:`_untimed`).
+StepFn = Callable[[np.ndarray, np.ndarray, Callable[[str, str], Any]], float]
+
+
+def _untimed(name: str, cat: str) -> contextlib.nullcontext:
+    """:func:`lab_utils.report.span`'s stand-in in an unreported (warm-up) step."""
+    return contextlib.nullcontext()
 
 
 def _ps_worker_step(settings: Settings, comm, tf, mlp: _MLP, hvd) -> StepFn:
     """``ps`` / ``hybrid``: pull the batch's rows (and in ``ps`` mode the dense weights),
     compute, push the rows' gradients (and the dense ones); ``hybrid`` all-reduces the
-    dense gradients with Horovod while its push travels, and applies them itself."""
+    dense gradients with Horovod while its push travels, and applies them itself. Its parts:
+    ``pull`` (which waits for the PS to have every worker's ids), ``forward/backward``, then
+    ``push`` (``ps``), or ``allreduce``, ``apply`` and what is left of the ``push`` (``hybrid``)."""
     from mpi4py import MPI
 
     flat = np.empty(sum(int(np.prod(v.shape)) for v in mlp.vars), np.float32)
 
-    def step(ids: np.ndarray, labels: np.ndarray) -> float:
+    def step(ids: np.ndarray, labels: np.ndarray, span=report.span) -> float:
         wanted, where = np.unique(ids, return_inverse=True)
         wanted = wanted.astype(np.int32)
-        comm.Send(wanted, dest=0, tag=TAG_PULL)
-        rows = np.empty((len(wanted), settings.dim), np.float32)
-        comm.Recv(rows, source=0, tag=TAG_ROWS)
-        if hvd is None:
-            comm.Recv(flat, source=0, tag=TAG_DENSE)
-            mlp.assign_flat(flat)
-        rows = tf.constant(rows)
-        with tf.GradientTape() as tape:
-            tape.watch(rows)
-            vectors = tf.reshape(tf.gather(rows, where.reshape(ids.shape)), (len(ids), 2 * settings.dim))
-            loss = mlp.loss(vectors, labels)
-        row_grads, *grads = tape.gradient(loss, [rows, *mlp.vars])
-        # tf.gather's gradient is IndexedSlices (one row per example); summed per distinct row:
-        row_grads = tf.convert_to_tensor(row_grads).numpy()
+        with span("pull", "comm"):
+            comm.Send(wanted, dest=0, tag=TAG_PULL)
+            rows = np.empty((len(wanted), settings.dim), np.float32)
+            comm.Recv(rows, source=0, tag=TAG_ROWS)
+            if hvd is None:
+                comm.Recv(flat, source=0, tag=TAG_DENSE)
+                mlp.assign_flat(flat)
+        with span("forward/backward", "compute"):
+            rows = tf.constant(rows)
+            with tf.GradientTape() as tape:
+                tape.watch(rows)
+                vectors = tf.reshape(tf.gather(rows, where.reshape(ids.shape)), (len(ids), 2 * settings.dim))
+                loss = mlp.loss(vectors, labels)
+            row_grads, *grads = tape.gradient(loss, [rows, *mlp.vars])
+            # tf.gather's gradient is IndexedSlices (one row per example); summed per distinct row:
+            row_grads = tf.convert_to_tensor(row_grads).numpy()
         push = [comm.Isend(wanted, dest=0, tag=TAG_PUSH_IDS), comm.Isend(row_grads, dest=0, tag=TAG_PUSH_ROWS)]
         if hvd is None:
-            grads = np.concatenate([g.numpy().ravel() for g in grads])
-            push.append(comm.Isend(grads, dest=0, tag=TAG_PUSH_DENSE))
+            with span("push", "comm"):
+                grads = np.concatenate([g.numpy().ravel() for g in grads])
+                push.append(comm.Isend(grads, dest=0, tag=TAG_PUSH_DENSE))
+                MPI.Request.Waitall(push)
         else:
-            mlp.apply(hvd.grouped_allreduce(grads, op=hvd.Average), settings.learning_rate)
-        MPI.Request.Waitall(push)
+            with span("allreduce", "comm"):  # while the push travels
+                grads = hvd.grouped_allreduce(grads, op=hvd.Average)
+            with span("apply", "compute"):
+                mlp.apply(grads, settings.learning_rate)
+            with span("push", "comm"):  # what is left of it
+                MPI.Request.Waitall(push)
         return float(loss)
 
     return step
@@ -317,10 +337,12 @@ def _ps_worker_step(settings: Settings, comm, tf, mlp: _MLP, hvd) -> StepFn:
 
 def _allreduce_worker_step(settings: Settings, tf, mlp: _MLP, table: np.ndarray, hvd) -> StepFn:
     """``allreduce``: a full copy of the table on every worker; Horovod averages every
-    gradient, the table's made dense (``sparse_as_dense=True``): 12.8 MB, mostly zeros."""
+    gradient, the table's made dense (``sparse_as_dense=True``): 12.8 MB, mostly zeros.
+    No parts: the all-reduce runs inside ``tape.gradient``, with the backward pass (Horovod's
+    own timeline shows it)."""
     table = tf.Variable(table)
 
-    def step(ids: np.ndarray, labels: np.ndarray) -> float:
+    def step(ids: np.ndarray, labels: np.ndarray, span=report.span) -> float:
         with tf.GradientTape() as tape:
             vectors = tf.reshape(tf.gather(table, ids), (len(ids), 2 * settings.dim))
             loss = mlp.loss(vectors, labels)
@@ -356,9 +378,10 @@ def work(settings: Settings, comm, worker: int, workers: int) -> dict:
     times, losses, uniques = [], [], []
     totals = dict.fromkeys(("sparse_sent", "sparse_received", "dense_sent", "dense_received"), 0.0)
     for t in range(settings.warmup + settings.steps):
+        t0 = time.time()  # the step's bar on the timeline: drawing the batch is its "other"
         ids, labels = batch(world, settings, worker, t)
         started = time.perf_counter()
-        losses.append(step_fn(ids, labels))
+        losses.append(step_fn(ids, labels, report.span if t >= settings.warmup else _untimed))
         elapsed = time.perf_counter() - started
         uniques.append(len(np.unique(ids)))
         sizes = message_bytes(
@@ -369,7 +392,7 @@ def work(settings: Settings, comm, worker: int, workers: int) -> dict:
         if t >= settings.warmup:
             times.append(elapsed)
             done = t - settings.warmup + 1
-            report.step(done - 1, done * settings.batch_size, loss=losses[-1], seconds=elapsed)
+            report.step(done - 1, done * settings.batch_size, started=t0, loss=losses[-1], seconds=elapsed)
     n = settings.warmup + settings.steps
     return report.result(
         role="worker",

@@ -17,13 +17,17 @@ thesis, where each worker had its own GPU).
   by the launcher) leaves the sum on every rank: 2(N-1)/N times the gradients per
   rank each way, whatever N.
 
-Each worker reports its steps (``lab_utils.report``); its result is the median step
-time after ``--warmup`` untimed steps.
+Each worker reports its steps (``lab_utils.report``) with their parts for the run's
+timeline: ``barrier`` (``allreduce``: waiting for the slowest rank), ``forward/backward``
+(the modelled computation), then ``push`` and ``pull`` (``ps``; the pull includes waiting
+for the other workers' gradients) or ``allreduce``. Its result is the median step time
+(``seconds``: from the end of the barrier) after ``--warmup`` untimed steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from collections.abc import Sequence
@@ -60,6 +64,11 @@ def check_args(argv: Sequence[str]) -> argparse.Namespace:
     return loop.parse_or_raise(lambda: parse_args(list(argv), prog="the netexp task"), list(argv))
 
 
+def _untimed(name: str, cat: str) -> contextlib.nullcontext:
+    """:func:`lab_utils.report.span`'s stand-in in an unreported (warm-up) step."""
+    return contextlib.nullcontext()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from mpi4py import MPI  # the rank's side only: the notebook imports this module to check arguments
 
@@ -85,21 +94,29 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     times = []
     for step in range(a.warmup + a.steps):
+        timed = step >= a.warmup
+        span = report.span if timed else _untimed  # a warm-up step is not reported: nor are its parts
+        t0 = time.time()  # the step's bar on the timeline starts with the barrier
         if a.mode == "allreduce":
-            comm.Barrier()  # start together (the PS lines its workers up by itself)
+            with span("barrier", "wait"):
+                comm.Barrier()  # start together (the PS lines its workers up by itself)
         started = time.perf_counter()
         # The step's forward and backward pass on this worker's accelerator: the same fixed
         # time in both modes (a modelled duration, not a wait for anything).
-        time.sleep(a.compute_s)
+        with span("forward/backward", "compute"):
+            time.sleep(a.compute_s)
         if a.mode == "ps":
-            comm.Send(grads, dest=0, tag=1)
-            comm.Recv(params, source=0, tag=2)
+            with span("push", "comm"):
+                comm.Send(grads, dest=0, tag=1)
+            with span("pull", "comm"):  # waits for the PS to have every worker's gradients
+                comm.Recv(params, source=0, tag=2)
         elif size > 1:
-            comm.Allreduce(MPI.IN_PLACE, grads, op=MPI.SUM)
+            with span("allreduce", "comm"):
+                comm.Allreduce(MPI.IN_PLACE, grads, op=MPI.SUM)
             grads.fill(1e-3)
-        if step >= a.warmup:
+        if timed:
             times.append(time.perf_counter() - started)
-            report.step(step - a.warmup, (step - a.warmup + 1) * a.batch_size, seconds=times[-1])
+            report.step(step - a.warmup, (step - a.warmup + 1) * a.batch_size, started=t0, seconds=times[-1])
     report.result(
         role="worker",
         rank=rank,
