@@ -228,6 +228,7 @@ class Timeline:
                 hvd_trace = []
         stepping = {s.task for s in steps}
         last = max((float(e["time"]) for e in events if "time" in e), default=0.0)
+        first = min((s.start for s in steps), default=last)
         idle = []
         for name in names:
             if name in stepping:
@@ -235,9 +236,9 @@ class Timeline:
             mine = [float(e["time"]) for e in events if e.get("task") == name and "time" in e]
             ready = [float(e["time"]) for e in events if e.get("task") == name and e.get("kind") == "ready"]
             if mine:
-                idle.append(
-                    Span(name, "serving" if ready else "running", "other", min(ready or mine), max(last, *mine))
-                )
+                # from its ready event, else from the run's first step (an MPI PS rank reports no ready)
+                start = min(ready) if ready else min(first, *mine)
+                idle.append(Span(name, "serving" if ready else "running", "other", start, max(last, *mine)))
         return cls(names, steps, parts, idle, hvd_trace, overlap=overlap)
 
     # ---- the trace file
