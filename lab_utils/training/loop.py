@@ -175,10 +175,9 @@ def run_steps(
     Each step event carries the step's start (``started``) and the spans the technique
     recorded during it with :func:`lab_utils.report.span` (the evaluation is an ``eval``
     span): the run's timeline (:mod:`lab_utils.timeline`)."""
-    clock.mark("ready")
+    started = clock.mark("ready")  # the first step's bar starts with the training time
     stats = LoopStats(step=int(global_step()))
     next_eval = _next_eval(stats.step, eval_every)
-    started = time.time()
     while stats.step < target:
         if before_step is not None:
             before_step()

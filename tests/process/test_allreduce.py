@@ -9,6 +9,7 @@ import os
 
 import psutil
 import pytest
+from support import timelines
 
 from lab_utils.cluster import ClusterError
 from lab_utils.grading import reference_script
@@ -107,6 +108,22 @@ def equal_runs(hvd_ref, tmp_path_factory):
     )
     out["sync PS weights"] = allreduce.load_weights_file(ps_file)
     return out
+
+
+def test_each_method_s_timeline_adds_up_to_the_training_time_its_tasks_measured(equal_runs):
+    for name in ("horovod gloo", "horovod mpi", "one process", "mwms", "sync PS"):
+        run = equal_runs[name]
+        # the TensorFlow runs' tasks are worker:i, which their results name rank:i
+        task = {f"rank:{r['rank']}": f"worker:{r['rank']}" for r in run.results.values()} if name != "sync PS" else {}
+        tl = run.timeline()
+        measured = {task.get(t, t) if task.get(t) in tl.tasks else t: r["train_time"] for t, r in run.results.items()}
+        timelines.check(tl, measured)
+    # Horovod's own timeline, merged: rank 0 negotiates (waits) then all-reduces; every rank all-reduces
+    for name in ("horovod gloo", "horovod mpi"):
+        tl = equal_runs[name].timeline()
+        sec = tl.seconds()
+        assert sec["rank:0"]["wait"] > 0 and all(sec[r]["comm"] > 0 for r in ("rank:0", "rank:1")), (name, sec)
+        assert any(e.get("pid", 0) >= 1000 for e in tl.chrome_trace()["traceEvents"])  # its tensors' tracks
 
 
 def test_four_methods_end_with_the_same_weights(equal_runs):

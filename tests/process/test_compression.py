@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import timelines
 
 from lab_utils.cluster import netem
 from lab_utils.grading import reference_script
@@ -44,6 +45,13 @@ def test_every_method_trains_and_both_ranks_end_with_the_same_weights():
     for m in ("onebit", "topk"):
         norms = runs[m].events["error_norm"]
         assert norms.notna().all() and norms.max() < 100, m  # error feedback: bounded
+    # each run's timeline adds up to the training time each rank measured; a codec's step shows
+    # its encoding, the all-gather of what it sends, and its decoding
+    for m, r in runs.items():
+        sec = timelines.check(r.timeline(), {t: res["train_time"] for t, res in r.results.items()})
+        if m in ("onebit", "topk"):
+            assert all(sec[t]["comm"] > 0 and sec[t]["compute"] > 0 for t in r.results), (m, sec)
+            assert {p.name for p in r.timeline().parts} >= {"encode", "allgather", "decode"}, m
 
 
 @pytest.mark.skipif(

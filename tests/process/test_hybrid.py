@@ -9,8 +9,12 @@ every worker's whole MLP both ways."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from support import timelines
+
+from lab_utils import report, timeline
 from lab_utils.cluster import netem
 from lab_utils.training import hybrid
 
@@ -46,6 +50,17 @@ def test_every_mode_trains_the_same_model_locally(no_network_left):
     assert 0 < rows["hybrid"]["sparse_mb"] == rows["ps"]["sparse_mb"] < 0.2
     assert rows["hybrid"]["ps_task_mb"] < 0.05 * rows["ps"]["ps_task_mb"]
     assert rows["allreduce"]["ps_task_mb"] is None
+    # Each run's timeline: a track per rank (the PS's too); a PS or hybrid worker's parts (pull,
+    # forward/backward, allreduce, apply, push) tile the step it timed itself
+    for mode, row in rows.items():
+        tl = timeline.load(row["trace"])
+        sec = timelines.check(tl, {}, tasks=[f"rank:{r}" for r in range(2 + (mode != "allreduce"))])
+        if mode != "allreduce":  # Horovod's all-reduce inside the gradient tape: one bar
+            timed = sum(
+                e["seconds"] for e in report.read_events(Path(row["trace"]).parent / "ranks" / "rank-1.jsonl", "step")
+            )
+            assert sum(sec["rank:1"][c] for c in ("compute", "comm", "wait")) == pytest.approx(timed, rel=0.05), mode
+            assert sec["rank:1"]["comm"] > 0 and sec["rank:1"]["compute"] > 0, (mode, sec)
 
 
 @pytest.mark.skipif(NO_EMULATION is not None, reason=f"no emulated hosts here: {NO_EMULATION}")

@@ -7,7 +7,9 @@ machine only adds the same delay to both modes' steps."""
 from __future__ import annotations
 
 import pytest
+from support import timelines
 
+from lab_utils import report
 from lab_utils.cluster import netem
 from lab_utils.training import netexp
 
@@ -44,6 +46,18 @@ def test_ps_levels_off_where_ring_allreduce_scales_and_ps_traffic_grows():
     assert row[("ps", 4)].worker_mb_per_step == pytest.approx(2 * 3.0, rel=0.05)
     assert row[("allreduce", 4)].worker_mb_per_step == pytest.approx(2 * 2 * 3 / 4 * 3.0, rel=0.05)
     assert row[("allreduce", 1)].worker_mb_per_step < 0.01  # one rank: nothing to exchange
+    # each run's timeline: a track per rank (the PS's too), a worker's steps and their parts tile
+    # what it timed itself (its steps' seconds, from the end of the barrier, plus the barrier)
+    for mode, tl in netexp.timelines(table).items():
+        events = [e for e in report.read_events(tl.path.parent / "ranks" / "rank-1.jsonl") if e["kind"] == "step"]
+        barrier = tl.seconds()["rank:1"]["wait"]
+        ranks = [f"rank:{r}" for r in range(4 + (mode == "ps"))]
+        sec = timelines.check(tl, {"rank:1": sum(e["seconds"] for e in events) + barrier}, tasks=ranks)
+        assert sec["rank:1"]["comm"] > 0.2 * sec["rank:1"]["step"], (mode, sec["rank:1"])  # 100 Mbit/s links
+        names = {p.name for p in tl.parts if p.task == "rank:1"}
+        assert names == (
+            {"forward/backward", "push", "pull"} if mode == "ps" else {"barrier", "forward/backward", "allreduce"}
+        )
 
 
 def test_the_model_decides_alexnet_is_communication_bound_where_resnet50_is_not():
