@@ -8,7 +8,7 @@ Perfetto (https://ui.perfetto.dev, "Open trace file") or ``chrome://tracing`` ("
 
 - one track (a trace "process") per task, ``ps:0``, ``worker:1``, ``rank:2``..., in the
   order the job names them; a task without steps (a PS serving its variables) shows one
-  span from its ``ready`` event to the run's last event;
+  span while the others train, from the run's first step to its last event;
 - each step a span ``step N`` with its parts nested inside it, clipped to the step and
   to each other: within a track nothing overlaps;
 - Horovod's own timeline (``timeline.json``, written by rank 0's background thread, with
@@ -236,8 +236,8 @@ class Timeline:
             mine = [float(e["time"]) for e in events if e.get("task") == name and "time" in e]
             ready = [float(e["time"]) for e in events if e.get("task") == name and e.get("kind") == "ready"]
             if mine:
-                # from its ready event, else from the run's first step (an MPI PS rank reports no ready)
-                start = min(ready) if ready else min(first, *mine)
+                # while the others train: from the run's first step (or its ready event, if later)
+                start = max(min(ready or mine), first) if steps else min(ready or mine)
                 idle.append(Span(name, "serving" if ready else "running", "other", start, max(last, *mine)))
         return cls(names, steps, parts, idle, hvd_trace, overlap=overlap)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support import timelines
 
 from lab_utils.grading import reference_script
 from lab_utils.training import allreduce
@@ -90,6 +91,16 @@ def test_the_runs_trained_the_same_examples(equal_runs):
     assert single.result["params"] == towers.result["params"]
     # the same batches in the same order: the first (warm-up) loss agrees to float rounding
     assert towers.result["loss_first"] == pytest.approx(single.result["loss_first"], rel=1e-5)
+
+
+def test_each_run_s_timeline_adds_up_to_its_training_time(equal_runs):
+    for name, run in equal_runs["runs"].items():
+        tl = run.timeline()
+        (task,) = tl.tasks  # one process
+        sec = timelines.check(tl, {task: run.result["train_time"]})
+        assert sec[task]["compute"] > 0.5 * sec[task]["step"], (name, sec)  # the one graph call, not the loop
+        want = "forward/backward/update" if name == "single" else "2 towers and their all-reduce (one graph)"
+        assert {p.name for p in tl.parts} == {want}, name
 
 
 def test_equal_runs_left_nothing_running_and_stayed_under_tmp(equal_runs):

@@ -33,6 +33,7 @@ saves the final weights (``--save-weights``) for the comparisons.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 
@@ -221,8 +222,13 @@ def train(
     done = {"steps": 0}
     last = {"loss": float("nan")}
 
+    # One process computes the whole step: one part. Horovod's and MultiWorkerMirrored's steps
+    # all-reduce inside the same graph call; Horovod's own timeline splits them (the kernel side).
+    part = report.span("forward/backward/update", "compute") if settings.strategy == "single" else None
+
     def one(xb, yb, _stats):
-        last["loss"] = float(step(xb, yb))
+        with part or contextlib.nullcontext():
+            last["loss"] = float(step(xb, yb))
         done["steps"] += 1
         return done["steps"], last["loss"]
 

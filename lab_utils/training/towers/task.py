@@ -151,8 +151,13 @@ def _train(a, tier, tf, before_steps=None) -> dict:
     losses = [float(step(*next(batches))) for _ in range(a.warmup_steps)]  # tracing, allocation: not timed
     done = itertools.count(a.warmup_steps + 1)
 
+    # One graph runs the towers and their reduction (device-to-device copies inside this
+    # process): one part on the timeline, named for what it holds.
+    part = "forward/backward/update" if a.devices == 1 else f"{a.devices} towers and their all-reduce (one graph)"
+
     def one(xb, yb, _stats):
-        loss = float(step(xb, yb))  # float(): waits for the devices, so the step's time is real
+        with report.span(part, "compute"):
+            loss = float(step(xb, yb))  # float(): waits for the devices, so the step's time is real
         losses.append(loss)
         return next(done), loss
 
