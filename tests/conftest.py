@@ -99,7 +99,8 @@ def crafted_class(tmp_path_factory):
     session: ``(root, submissions, results by student, the disk filler's files before,
     a copy of the submissions as handed in, the results as first graded)``. Its tests
     (tests/notebooks/test_grading_crafted.py) may change the submissions; the copies are
-    what the Slurm test grades again and compares with (tests/process/test_slurm.py)."""
+    what the Slurm test grades again (those a node could grade otherwise) and compares with
+    (tests/process/test_slurm.py)."""
     import copy
 
     from support import crafted

@@ -101,6 +101,22 @@ def test_lab2_cluster_and_horovod_job_across_slurm_nodes(cluster, tmp_path):
 
 # -- grading on Slurm --------------------------------------------------------------------
 LAB1, LAB2 = crafted.CLASS_LAB, "02_ps_async"
+#: Lab 1's crafted students whose grading could differ on a node: each meets what an element
+#: gets there (its sandbox's limits and cgroup, its cores and clock, the processes and files
+#: it can see, the batch's template on the shared file system), in a flag or in the timed
+#: throughput band. The others (blank, partly, reordered) score what nbgrader's execution of
+#: their cells alone decides, the same anywhere: the local batch grades them
+#: (tests/notebooks/test_grading_crafted.py), and regrading them here cost the test about 16 s.
+ON_NODES = (
+    "correct",  # the throughput band, timed on the node (its timing lock, its cores)
+    "loop",  # the cell timeout, stretched by the node's cores, within the element's --time
+    "exits",  # the kernel restarted in the node's sandbox
+    "memory",  # the node's memory limit, inside the element's own --mem
+    "limits",  # the node's process and disk limits, and its leftover processes killed
+    "quiet",  # the shared template restores its test cells; what it can read and leave running there
+    "broken",  # the blank release from the shared template, graded in its place
+    "forged",  # the reference timed beside it on the node
+)
 
 
 def autograde(cluster: slurm.SlurmCluster, root: Path, subs: Path, *extra: str, **kw):
@@ -143,10 +159,13 @@ def sandbox_cgroups() -> list[Path]:
 def test_the_crafted_classes_grade_as_job_arrays_with_the_local_batchs_scores_and_flags(
     crafted_class, cluster, tmp_path
 ):
-    _, _, _, _, handed_in, local = crafted_class
+    _, _, _, _, handed_in, graded_here = crafted_class
+    assert set(ON_NODES) <= set(graded_here), sorted(graded_here)
+    local = {student: graded_here[student] for student in ON_NODES}
     settings = crafted.settings_yaml({"interrupt_grace": 10}, {LAB1: crafted.CLASS_SETTINGS})
     root, subs = crafted.course(tmp_path, [LAB1, LAB2], settings)
-    shutil.copytree(handed_in, subs)  # Lab 1's class as the local batch graded it
+    for student in ON_NODES:  # Lab 1's class as the local batch graded it, where a node could change that
+        shutil.copytree(handed_in / student, subs / student)
     crafted.write("patchy", LAB2, subs, root=root)  # Lab 2's: handed in half done, the kernel killed
     # two of Lab 1's at a time, as the local batch ran them on this machine's two cores
     proc = autograde(cluster, root, subs, "--max-running", "2", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -162,7 +181,7 @@ def test_the_crafted_classes_grade_as_job_arrays_with_the_local_batchs_scores_an
     assert {f["kind"] for f in lab2["flags"]} == {"kernel died"}, lab2["flags"]
     # merged into the one gradebook, with the progress per lab on the way
     scores = grading.export_grades(None, root).read_text()
-    assert f"blank,{LAB1},0.0" in scores and f"patchy,{LAB2}," in scores
+    assert f"broken,{LAB1},0.0" in scores and f"patchy,{LAB2}," in scores
     assert f"{LAB1}: {len(local)} done, 0 running, 0 queued, 0 failed" in out
     assert f"{LAB2}: 1 done, 0 running, 0 queued, 0 failed" in out
     assert not list((root / "slurm").glob("*")), "the batch's folder is removed once merged"
