@@ -16,6 +16,7 @@ import threading
 
 import psutil
 import pytest
+from support import timelines
 
 from lab_utils import report
 from lab_utils.cluster import GUARD_MEMORY_BYTES, ClusterError, TFCluster
@@ -104,7 +105,7 @@ def test_async_reaches_accuracy_and_reports_throughput(scripts):
 
 
 def test_async_straggler_does_not_stop_the_others_and_is_stale(scripts):
-    results, steps, _ = run(
+    results, steps, cluster = run(
         scripts["async"], {"steps": 300, "batch_size": 50, "eval_every": 0, "straggler": "worker:1=30ms"}
     )
     fast, slow = results["worker:0"], results["worker:1"]
@@ -115,6 +116,13 @@ def test_async_straggler_does_not_stop_the_others_and_is_stale(scripts):
     # ... and the straggler's gradients are stale: other workers' updates between two of its own
     assert slow["staleness_mean"] > fast["staleness_mean"]
     assert all("staleness" in e for e in steps["worker:1"][1:])
+    # On the timeline: the straggler's injected delay, 30 ms in each of its steps; the others
+    # never wait for it, they pull, compute and push
+    measured = {w: r["train_time"] for w, r in results.items()}
+    sec = timelines.check(cluster.timeline, measured, tasks=["ps:0", "worker:0", "worker:1"])
+    assert sec["worker:1"]["delay"] == pytest.approx(0.03 * slow["local_steps"], rel=0.15)
+    assert sec["worker:0"]["wait"] == 0 and sec["worker:0"]["delay"] == 0
+    assert sec["worker:0"]["comm"] > 0 and sec["worker:0"]["compute"] > 0
 
 
 def check_sync(results, target, replicas, workers=2):
@@ -136,11 +144,19 @@ def check_sync(results, target, replicas, workers=2):
     assert sum(r["local_steps"] for r in results.values()) >= chief["gradients_applied"]
 
 
-def test_sync_global_step_and_gradients_per_step_exact(scripts):
-    results, steps, _ = run(scripts["sync"], {"steps": 100, "batch_size": 50, "eval_every": 25})
+def test_sync_global_step_and_gradients_per_step_exact_and_the_barrier_waits_for_a_straggler(scripts):
+    args = {"steps": 100, "batch_size": 50, "eval_every": 25, "straggler": "worker:1=20ms"}
+    results, steps, cluster = run(scripts["sync"], args)
     check_sync(results, 100, 2)
     assert all(r["local_steps"] == 100 for r in results.values())  # R = N: one gradient per worker per step
     assert results["worker:0"]["accuracy"] >= 0.80
+    # The barrier on the timeline: worker:0 pushes its gradient, then waits for a token until
+    # worker:1's arrives, 20 ms later each step: its token waits add up to the injected delay
+    measured = {w: r["train_time"] for w, r in results.items()}
+    sec = timelines.check(cluster.timeline, measured, tasks=["ps:0", "worker:0", "worker:1"])
+    assert sec["worker:1"]["delay"] == pytest.approx(0.02 * 100, rel=0.15)
+    assert sec["worker:0"]["wait"] == pytest.approx(sec["worker:1"]["delay"], rel=0.35), sec
+    assert "push + token wait" in {p.name for p in cluster.timeline.parts if p.task == "worker:0" and p.cat == "wait"}
 
 
 def test_sync_backup_worker_with_straggler(scripts):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from support import timelines
 
 from lab_utils import report
 from lab_utils.cluster import ClusterError, TFCluster
@@ -22,11 +23,14 @@ RUN_BOUND = 120.0  # seconds: a run that takes longer than this counts as hung
 ARGS = {"steps": 80, "batch_size": 50, "eval_every": 20, "straggler": "worker:1=50ms"}
 
 
-def run(args: dict, workers: int = 2):
-    """Run a cluster to the end; return (results, every worker's step events)."""
+def run(args: dict, workers: int = 2, seen: dict | None = None):
+    """Run a cluster to the end; return (results, every worker's step events); ``seen``
+    gets its ``timeline``."""
     with TFCluster(ps=1, workers=workers, script=SCRIPT, args=args, timeout=RUN_BOUND, progress=False) as c:
         results = c.wait()
     events = [e for t in c.tasks if t.role == "worker" for e in report.read_events(t.events_path, "step")]
+    if seen is not None:
+        seen["timeline"] = c.timeline
     # the run ended by itself: workers exit 0 on their own, the launcher stopped the PS, nothing runs
     states = {t.name: (t.state, t.exit_code) for t in c.tasks}
     assert all(states[f"worker:{i}"] == ("done", 0) for i in range(workers)), states
@@ -40,7 +44,8 @@ def by_task(events, task):
 
 @pytest.mark.parametrize("s", [0, 1])
 def test_bound_holds_with_a_straggler(s):
-    results, events = run({**ARGS, "staleness": s})
+    seen = {}
+    results, events = run({**ARGS, "staleness": s}, seen=seen)
     fast, slow = results["worker:0"], results["worker:1"]
     assert fast["mode"] == "ssp" and fast["staleness_bound"] == s and slow["straggler_delay"] == pytest.approx(0.05)
     assert 80 <= fast["final_global_step"] <= 81 and fast["accuracy"] >= 0.8
@@ -52,6 +57,14 @@ def test_bound_holds_with_a_straggler(s):
     assert fast["staleness_max"] == s and fast["wait_time"] > slow["wait_time"]
     # ... so it is held to the straggler's pace: at most s + 1 more steps than it
     assert fast["local_steps"] - slow["local_steps"] <= s + 1
+    # On the timeline: the waits are worker:0's `ssp wait` parts, as long as it measured them,
+    # and the straggler's injected delay is its own (50 ms a step)
+    measured = {w: r["train_time"] for w, r in results.items()}
+    sec = timelines.check(seen["timeline"], measured, tasks=["ps:0", "worker:0", "worker:1"])
+    waits = [p for p in seen["timeline"].parts if p.name == "ssp wait" and p.task == "worker:0"]
+    assert sum(p.seconds for p in waits) == pytest.approx(fast["wait_time"], rel=0.05, abs=0.005)
+    assert sec["worker:0"]["wait"] > 0.2 * sec["worker:0"]["step"], sec["worker:0"]
+    assert sec["worker:1"]["delay"] == pytest.approx(0.05 * slow["local_steps"], rel=0.15)
 
 
 def test_without_a_bound_the_fast_worker_runs_ahead():

@@ -248,3 +248,56 @@ def test_the_yardstick_rejects_bad_input_before_tensorflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.strip() == "exit 2 False", (out.stdout, out.stderr)
     assert "batch_size must be >= 1" in out.stderr
+
+
+# ----------------------------------------------------------------------------- the step's timeline stamps
+
+
+def test_step_stamps_make_spans_that_never_overlap_or_go_backwards():
+    from lab_utils.training.ps.graph import StepStamps
+
+    sync = StepStamps(None, token=True)
+    assert sync.spans(10.0, [0.5, 10.2, 10.5], 11.0) == [
+        ("pull", "comm", 10.0, 10.2),
+        ("compute", "compute", 10.2, 10.5),
+        ("push + token wait", "wait", 10.5, 11.0),
+    ]
+    # a stamp before the call, or "computed" before "pulled" (the executor ran them in parallel),
+    # or after the call returned: clamped, never a negative span
+    spans = StepStamps(None, token=False).spans(10.0, [0.5, 9.0, 9.5], 11.0)
+    assert spans == [("pull", "comm", 10.0, 10.0), ("compute", "compute", 10.0, 10.0), ("push", "comm", 10.0, 11.0)]
+    assert StepStamps(None, token=False).spans(10.0, [0.5, 12.0, 13.0], 11.0)[1] == ("compute", "compute", 11.0, 11.0)
+
+
+def _graph(placed_on_ps: bool):
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        cluster = {"ps": ["localhost:1"], "worker": ["localhost:2"]}
+        setter = v1.train.replica_device_setter(worker_device="/job:worker/task:0", cluster=cluster)
+        with v1.device(setter if placed_on_ps else "/job:worker/task:0"):
+            x = v1.placeholder(tf.float32, [None, 4])
+            w = v1.get_variable("w", [4, 1])
+            loss = tf.reduce_mean(tf.matmul(x, w))
+            train = v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return graph, train, loss
+
+
+@pytest.mark.parametrize("placed_on_ps", [True, False])
+def test_step_stamps_split_a_step_only_where_it_crosses_to_a_ps(placed_on_ps):
+    """The parameters on the PS: a stamp after they arrive and one after the gradients are
+    ready, packed with the loss; everything on the worker: nothing to split (None)."""
+    from lab_utils.training.ps.graph import StepStamps
+
+    graph, train, loss = _graph(placed_on_ps)
+    with graph.as_default():
+        stamps = StepStamps.build(train, loss, ("worker", 0), token=False)
+    if not placed_on_ps:
+        assert stamps is None
+        return
+    assert stamps.tensor.shape.as_list() == [3] and stamps.tensor.dtype.name == "float64"
+    kinds = [op.type for op in graph.get_operations() if op.name.startswith("step_stamps/")]
+    assert kinds.count("Timestamp") == 2 and kinds.count("Identity") == 1  # one parameter pulled
+    assert all(op.device == "/job:worker/task:0" for op in graph.get_operations() if op.name.startswith("step_stamps/"))

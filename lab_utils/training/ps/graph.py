@@ -5,13 +5,16 @@
 - :class:`GradientCounter`: Lab 3's count of the gradients each update applied;
 - :func:`start_barrier` and :func:`session_config`: the PS-side queues every worker
   meets at, and the device filters that keep a worker talking only to the PS;
-- :func:`phase`: one ``phase`` event and log line saying where a worker is now.
+- :func:`phase`: one ``phase`` event and log line saying where a worker is now;
+- :class:`StepStamps`: in-graph timestamps that split a worker's one-``sess.run`` train
+  step into pull, compute and push or token wait (the spans of the run's timeline).
 
 Importing this module does not import TensorFlow; only the functions that build graphs do.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,3 +172,129 @@ def phase(name: str, what: str, why: str | None = None, **fields: Any) -> None:
 
     report.event("phase", phase=name, what=what, why=why, **fields)
     print(f"{report.task_name()}: {what}" + (f" ({why})" if why else ""), flush=True)
+
+
+# ----------------------------------------------------------------------------- step stamps
+
+
+class StepStamps:
+    """Two ``tf.timestamp()`` ops on the worker that split its one-``sess.run`` train step
+    into the spans of the run's timeline (:mod:`lab_utils.report`), fetched packed with the
+    loss (``[loss, pulled, computed]``, float64): no extra fetch, no extra message.
+
+    The step's subgraph (everything the fetches need) is cut where tensors cross between
+    the worker and the PS, as TensorFlow's placer will place its ops (:func:`placement`):
+
+    * ``pulled``: after a worker-side ``tf.identity`` of every PS tensor the gradients need
+      (the parameters). An identity shares the one Recv TensorFlow makes per tensor and
+      device: no extra transfer;
+    * ``computed``: after the worker ops whose outputs go to the PS (the gradients).
+
+    With the Python ``time.time()`` before and after the ``sess.run``, :meth:`spans` makes
+    ``pull`` (comm: the session starts the step on the worker and the PS, the parameters
+    arrive), ``compute``, then ``push`` (comm: the PS takes the gradients, applies them and
+    answers) or, in sync mode (``token=True``), ``push + token wait`` (wait): from the
+    gradients being ready to the token, what a straggler costs the others. The push itself
+    (a few hundred microseconds) is inside it: a stamp between the two needs the PS to tell
+    the worker when it has the gradients, one more message per step (about 2.5 % of a
+    3.5 ms step on a 2-core machine), and stamps at the step's very start and end would
+    cost a fetch of their own (1.5 to 2 %); see bench/bench_timeline.py."""
+
+    def __init__(self, tensor: Any, token: bool):
+        self.tensor = tensor  # [loss, pulled, computed] on the worker: fetch it instead of the loss
+        self.last = ("push + token wait", "wait") if token else ("push", "comm")
+
+    @classmethod
+    def build(cls, fetch: Any, loss: Any, worker: tuple[str, int], *, token: bool) -> StepStamps | None:
+        """The stamps of a step that fetches ``fetch`` (a tensor or op) and the scalar ``loss``
+        on task ``worker`` (``("worker", i)``); ``token``: the step ends waiting for a token
+        (sync mode). None when the step's gradients do not go to a PS or need nothing from
+        one (a graph with everything on one side): no sub-spans to record."""
+        import tensorflow as tf
+
+        roots = [getattr(f, "op", f) for f in (fetch, loss)]
+        where: dict = {}
+        pushed, back = _crossings(_closure(roots), worker, where)
+        needed = _closure(t.op for t in pushed)
+        pulls = [t for t in back if t.op in needed]
+        if not pushed or not pulls:
+            return None
+        with tf.name_scope("step_stamps"), tf.device(f"/job:{worker[0]}/task:{worker[1]}"):
+            pulled = _stamp_after([tf.identity(t) for t in pulls])
+            computed = _stamp_after(dict.fromkeys(t.op for t in pushed))
+            return cls(tf.stack([tf.cast(tf.reshape(loss, []), tf.float64), pulled, computed]), token)
+
+    def spans(self, before: float, values: Sequence[float], after: float) -> list[tuple[str, str, float, float]]:
+        """``(name, category, start, end)`` of one step from the fetched ``values`` (``tensor``'s:
+        the loss first) and the Python ``time.time()`` just ``before`` and ``after`` its
+        ``sess.run``. Each boundary is clamped to ``[previous boundary, after]`` (the executor
+        runs what it can in parallel), so the spans never overlap or go backwards."""
+        pulled = min(max(float(values[1]), before), after)
+        computed = min(max(float(values[2]), pulled), after)
+        return [
+            ("pull", "comm", before, pulled),
+            ("compute", "compute", pulled, computed),
+            (*self.last, computed, after),
+        ]
+
+
+def _stamp_after(deps: Iterable[Any]):
+    import tensorflow as tf
+
+    with tf.control_dependencies(list(deps)):
+        return tf.timestamp()
+
+
+def _closure(ops: Iterable[Any]) -> set:
+    """``ops`` and every op they need: data inputs and control inputs, transitively."""
+    seen: set = set()
+    stack = list(ops)
+    while stack:
+        op = stack.pop()
+        if op not in seen:
+            seen.add(op)
+            stack.extend(t.op for t in op.inputs)
+            stack.extend(op.control_inputs)
+    return seen
+
+
+def _crossings(ops: set, worker: tuple[str, int], where: dict) -> tuple[list, list]:
+    """The tensors among ``ops``' inputs that go from ``worker`` to a PS, and from a PS to ``worker``."""
+    out: dict = {}
+    back: dict = {}
+    for op in sorted(ops, key=lambda op: op.name):  # the same graph every run
+        dst = placement(op, worker, where)
+        for t in op.inputs:
+            src = placement(t.op, worker, where)
+            if src == worker and dst[0] == "ps":
+                out[t.name] = t
+            elif src[0] == "ps" and dst == worker:
+                back[t.name] = t
+    return list(out.values()), list(back.values())
+
+
+def placement(op, local: tuple[str, int], where: dict | None = None) -> tuple[str, int]:
+    """``(job, task)`` where TensorFlow's placer puts ``op``: with the resource it takes (a
+    variable read or update runs where the variable lives, whatever device it asked for),
+    else its requested device's job and task, else with the op it is colocated with, else
+    ``local`` (an op with no device runs on the session's own task). ``where``: a cache."""
+    where = {} if where is None else where
+    if op in where:
+        return where[op]
+    where[op] = local  # a guard: colocation chains do not loop, but stay safe
+    import tensorflow as tf
+
+    resources = [t.op for t in op.inputs if t.dtype == tf.resource]
+    spec = tf.DeviceSpec.from_string(op.device) if op.device else None
+    others = [g.decode()[len("loc:@") :] for g in op.colocation_groups()]
+    others = [name for name in others if name != op.name]
+    if resources:
+        found = placement(resources[0], local, where)
+    elif spec is not None and spec.job is not None:
+        found = (spec.job, spec.task or 0)
+    elif others:
+        found = placement(op.graph.get_operation_by_name(others[0]), local, where)
+    else:
+        found = local
+    where[op] = found
+    return found

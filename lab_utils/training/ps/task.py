@@ -156,8 +156,9 @@ from typing import Any
 
 import numpy as np
 
+from lab_utils import report
 from lab_utils.training import loop
-from lab_utils.training.ps.graph import GradientCounter, PSGraph, phase, session_config, start_barrier
+from lab_utils.training.ps.graph import GradientCounter, PSGraph, StepStamps, phase, session_config, start_barrier
 from lab_utils.training.ps.settings import (
     MODES,
     STEP_TIMEOUT_SECS,
@@ -317,16 +318,28 @@ def _meet_at_barrier(sess, barrier, task) -> None:
         ) from exc
 
 
-def _train_step(sess, g: PSGraph, fetch, task, settings: Settings, target: int) -> loop.StepFn:
+def _step_stamps(g: PSGraph, fetch, task, settings: Settings) -> StepStamps | None:
+    """The in-graph timestamps that split each train step into pull, compute and push (sync
+    mode: token wait), or None: ``LABS_TRACE=0`` adds nothing to the graph, and a graph whose
+    gradients do not go to a PS has nothing to split (:class:`StepStamps`)."""
+    if not report.tracing():
+        return None
+    return StepStamps.build(fetch, g.loss, (task.job, task.index), token=settings.mode == "sync")
+
+
+def _train_step(sess, g: PSGraph, fetch, task, settings: Settings, target: int, stamps=None) -> loop.StepFn:
     """One train step under the ``step_timeout`` deadline; a blocked step or a closed
-    queue becomes a clear error instead of a hang or a silently shortened run."""
+    queue becomes a clear error instead of a hang or a silently shortened run. With
+    ``stamps`` (:class:`StepStamps`, fetched with the step) it records the step's spans."""
     import tensorflow as tf
 
     options = tf.compat.v1.RunOptions(timeout_in_ms=int(settings.step_timeout * 1000))
+    fetches = [fetch, g.loss if stamps is None else stamps.tensor]  # the stamps come with the loss
 
     def step(xb, yb, at: loop.LoopStats):
+        before = time.time()
         try:
-            return sess.run([fetch, g.loss], feed_dict={g.x: xb, g.y: yb}, options=options)
+            new_step, out = sess.run(fetches, feed_dict={g.x: xb, g.y: yb}, options=options)
         except tf.errors.DeadlineExceededError as exc:
             raise RuntimeError(
                 f"{task.task}: a train step blocked for more than {settings.step_timeout:g} s at local step "
@@ -340,6 +353,11 @@ def _train_step(sess, g: PSGraph, fetch, task, settings: Settings, target: int) 
                 f"{target}); in sync mode the chief stopped and closed the token queue before this worker "
                 "got its last token"
             ) from exc
+        if stamps is None:
+            return new_step, out
+        for span in stamps.spans(before, out, time.time()):
+            report.add_span(*span)
+        return new_step, out[0]
 
     return step
 
@@ -444,28 +462,42 @@ def _token_queue_size(g: PSGraph, settings: Settings):
 
 
 def _wait_for_tokens_taken(sess, size, task, timeout: float) -> None:
-    """Poll the token queue until it is empty (every worker has its token), under ``timeout``."""
+    """Poll the token queue until it is empty (every worker has its token), under ``timeout``.
+    Spans of the step: the first read, a round trip to the PS, is ``token queue`` (comm); more
+    reads wait for a slower worker to take its token: ``peers' tokens`` (wait)."""
     deadline, pause = time.monotonic() + timeout, 0.001
-    while sess.run(size) > 0:
+    start = time.time()
+    left = sess.run(size)
+    read = time.time()
+    report.add_span("token queue", "comm", start, read)
+    if left == 0:
+        return
+    while left > 0:
         if time.monotonic() > deadline:
             raise RuntimeError(
                 f"{task.task}: another worker did not take its token for {timeout:g} s (did it fail? see its log)"
             )
         time.sleep(pause)  # polling the PS under a deadline, backing off to 20 ms
         pause = min(2 * pause, 0.02)
+        left = sess.run(size)
+    report.add_span("peers' tokens", "wait", read, time.time())
 
 
 def _before_step(clocks, sess, task, settings: Settings, delay: float, tokens=None) -> Callable[[], None]:
     """Before each step: in SSP mode wait for permission (under ``step_timeout``); in sync
     mode with R = N, for every worker to have its token (:func:`_token_queue_size`); then
-    the straggler's modelled compute time."""
+    the straggler's modelled compute time. Each is a span of the step: ``ssp wait`` (wait),
+    the token queue's (:func:`_wait_for_tokens_taken`), ``straggler delay`` (delay)."""
 
     def before() -> None:
         if clocks is not None:
-            clocks.wait(sess, settings.step_timeout, task.task)
+            with report.span("ssp wait", "wait"):
+                clocks.wait(sess, settings.step_timeout, task.task)
         if tokens is not None:
             _wait_for_tokens_taken(sess, tokens, task, settings.step_timeout)
-        straggle(delay)
+        if delay > 0:
+            with report.span("straggler delay", "delay"):
+                straggle(delay)
 
     return before
 
@@ -523,6 +555,7 @@ def train_worker(
         tokens = _token_queue_size(g, settings)
         if clocks is not None:
             fetch = clocks.tick(fetch)
+        stamps = _step_stamps(g, fetch, task, settings)
         barrier = start_barrier(task.index, settings.num_workers)
         clock.mark("graph")
         test_feed = {g.x: shard.data.x_test, g.y: shard.data.y_test}
@@ -537,7 +570,7 @@ def train_worker(
             _meet_at_barrier(sess, barrier, task)
             phase("training", "training", mode=settings.mode)
             stats = loop.run_steps(
-                _train_step(sess, g, fetch, task, settings, target),
+                _train_step(sess, g, fetch, task, settings, target, stamps),
                 shard.batches(settings.batch_size, settings.seed * 1000 + task.index),
                 target,
                 clock=clock,
