@@ -38,7 +38,16 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Span", "Timeline", "write_trace", "load", "CATEGORIES", "TRACE_FILE", "HOROVOD_FILE"]
+__all__ = [
+    "Span",
+    "Timeline",
+    "write_trace",
+    "load",
+    "read_horovod_timeline",
+    "CATEGORIES",
+    "TRACE_FILE",
+    "HOROVOD_FILE",
+]
 
 #: The parts of a step, in the order the summary and the legend show them.
 CATEGORIES = ("compute", "comm", "wait", "delay", "other", "eval")
@@ -110,7 +119,7 @@ def _steps(events: Iterable[Mapping]) -> tuple[list[Span], list[Span]]:
     return steps, parts
 
 
-def _read_horovod(path: str | os.PathLike) -> list[dict]:
+def read_horovod_timeline(path: str | os.PathLike) -> list[dict]:
     """Horovod's timeline: a JSON array that a killed or still running job leaves open."""
     text = Path(path).read_text().strip()
     if not text:
@@ -128,9 +137,11 @@ def _horovod_start(trace: list[dict]) -> float | None:
     return None
 
 
-def _horovod_activities(trace: list[dict], t0: float) -> dict[str, list[tuple[float, float]]]:
-    """``{activity: [(start, end), ...]}`` (time.time() seconds) of the top-level B/E pairs
-    of every tensor (``NEGOTIATE_ALLREDUCE``, ``ALLREDUCE``, ``ALLGATHER``, ``BROADCAST``...)."""
+def horovod_activities(trace: list[dict], t0: float = 0.0) -> dict[str, list[tuple[Any, float, float]]]:
+    """``{activity: [(tensor, start, end), ...]}`` of the top-level B/E pairs of every tensor
+    in Horovod's timeline (``NEGOTIATE_ALLREDUCE``, ``ALLREDUCE``, ``ALLGATHER``, ``BROADCAST``...),
+    in seconds from ``t0`` (its start: ``time.time()`` seconds; 0: from the timeline's start)."""
+    names = {e.get("pid"): e.get("args", {}).get("name") for e in trace if e.get("name") == "process_name"}
     open_at: dict[Any, list] = {}
     out: dict[str, list] = {}
     for e in trace:
@@ -139,8 +150,9 @@ def _horovod_activities(trace: list[dict], t0: float) -> dict[str, list[tuple[fl
             open_at.setdefault(key, []).append((e.get("name", "?"), e["ts"]))
         elif e.get("ph") == "E" and open_at.get(key):
             name, ts = open_at[key].pop()
-            if not open_at[key]:
-                out.setdefault(name, []).append((t0 + ts / 1e6, t0 + e["ts"] / 1e6))
+            if not open_at[key]:  # a top-level activity of that tensor
+                tensor = names.get(e.get("pid"), e.get("pid"))
+                out.setdefault(name, []).append((tensor, t0 + ts / 1e6, t0 + e["ts"] / 1e6))
     return out
 
 
@@ -215,12 +227,13 @@ class Timeline:
         hvd_trace: list[dict] = []
         overlap = None
         if horovod is not None and Path(horovod).is_file():
-            hvd_trace = _read_horovod(horovod)
+            hvd_trace = read_horovod_timeline(horovod)
             t0 = _horovod_start(hvd_trace)
             if t0 is not None:
                 own = {p.task for p in parts}
                 bare = [s for s in steps if s.task not in own]
-                activities = _horovod_activities(hvd_trace, t0)
+                found = horovod_activities(hvd_trace, t0)
+                activities = {name: [(lo, hi) for _, lo, hi in ivs] for name, ivs in found.items()}
                 parts += _horovod_parts(bare, activities)
                 overlap = _horovod_overlap([s for s in bare if s.task == "rank:0"], activities)
                 hvd_trace = [dict(e, ts=e["ts"] + t0 * 1e6) if "ts" in e else e for e in hvd_trace]

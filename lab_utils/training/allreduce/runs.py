@@ -19,7 +19,6 @@ TensorFlow into the kernel.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +33,7 @@ from lab_utils import plots
 from lab_utils.cluster import MPIJob, TFCluster, new_run_dir
 from lab_utils.cluster.job import format_args
 from lab_utils.cluster.netem import EmulatedHosts
+from lab_utils.timeline import horovod_activities, read_horovod_timeline
 from lab_utils.training.allreduce.settings import check_args
 from lab_utils.training.runs import RunOptions, TrainRun, finish_run, horovod_job, takes_run_options
 from lab_utils.training.tables import plot_scaling, scaling_table
@@ -333,33 +333,6 @@ def weights_table(named: Mapping[str, list[np.ndarray]], reference: str | None =
 # ----------------------------------------------------------------------------- Horovod timeline
 
 
-def _read_trace(path: str | os.PathLike) -> list[dict]:
-    """Horovod's timeline: a Chrome trace JSON array that a killed or still running job
-    leaves without its closing bracket."""
-    text = Path(path).read_text().strip()
-    if not text:
-        return []
-    if not text.endswith("]"):
-        text = text.rstrip(",\n ") + "]"
-    return json.loads(text)
-
-
-def _intervals(trace: list[dict]) -> dict[str, list[tuple[str, float, float]]]:
-    """``{activity: [(tensor, start_s, end_s), ...]}`` of the top-level ``B``/``E`` pairs."""
-    names = {e.get("pid"): e.get("args", {}).get("name") for e in trace if e.get("name") == "process_name"}
-    open_at: dict[tuple, list] = {}
-    out: dict[str, list] = {}
-    for e in trace:
-        key = (e.get("pid"), e.get("tid"))
-        if e.get("ph") == "B":
-            open_at.setdefault(key, []).append((e.get("name", "?"), e["ts"]))
-        elif e.get("ph") == "E" and open_at.get(key):
-            name, ts = open_at[key].pop()
-            if not open_at[key]:  # a top-level activity of that tensor
-                out.setdefault(name, []).append((names.get(e.get("pid"), e.get("pid")), ts / 1e6, e["ts"] / 1e6))
-    return out
-
-
 def _covered(intervals: list[tuple[float, float]]) -> float:
     """Seconds covered by the union of ``intervals`` (tensors negotiate in parallel)."""
     total, end = 0.0, float("-inf")
@@ -385,7 +358,7 @@ def timeline_summary(run: TrainRun | str | os.PathLike) -> pd.DataFrame:
     if not path or not Path(path).is_file():
         raise ValueError("no timeline: run with run_hvd(..., timeline=True)")
     rows = []
-    for name, spans in _intervals(_read_trace(path)).items():
+    for name, spans in horovod_activities(read_horovod_timeline(path)).items():
         seen, kept = set(), []
         for tensor, lo, hi in spans:
             if tensor in seen or "ALLREDUCE" not in name:
