@@ -58,6 +58,8 @@ LABELS = {
     "delay": "injected delay",
     "other": "other (input, Python)",
     "eval": "evaluation",
+    "step": "step (what no part covers: input, Python)",
+    "idle": "serving (no steps)",
 }
 COLORS = {
     "compute": "#4C78A8",
@@ -66,7 +68,11 @@ COLORS = {
     "delay": "#B279A2",
     "other": "#BAB0AC",
     "eval": "#54A24B",
+    "step": "#E8E8E8",
+    "idle": "#D4D4D4",
 }
+#: What the figures draw, bottom up: the steps, their parts, the tasks without steps.
+DRAWN = ("step", *CATEGORIES, "idle")
 TRACE_FILE = "trace.json"
 HOROVOD_FILE = "timeline.json"
 _HOROVOD_PID = 1000  # Horovod's tensors' tracks come after the tasks'
@@ -251,7 +257,8 @@ class Timeline:
             if mine:
                 # while the others train: from the run's first step (or its ready event, if later)
                 start = max(min(ready or mine), first) if steps else min(ready or mine)
-                idle.append(Span(name, "serving" if ready else "running", "other", start, max(last, *mine)))
+                end = max(s.end for s in steps) if steps else max(last, *mine)  # the training, not the shutdown
+                idle.append(Span(name, "serving" if ready else "running", "idle", start, max(end, start)))
         return cls(names, steps, parts, idle, hvd_trace, overlap=overlap)
 
     # ---- the trace file
@@ -392,8 +399,8 @@ class Timeline:
         origin = self.origin()
         fig = go.Figure()
         bars = self._bars(steps)
-        for cat in ("step", *CATEGORIES):
-            mine = [s for s in bars if (s.cat == cat or (cat == "other" and s.cat not in (*CATEGORIES, "step")))]
+        for cat in DRAWN:
+            mine = [s for s in bars if s.cat == cat]
             if not mine:
                 continue
             fig.add_trace(
@@ -402,12 +409,12 @@ class Timeline:
                     x=[s.seconds * 1e3 for s in mine],
                     base=[(s.start - origin) * 1e3 for s in mine],
                     orientation="h",
-                    name="step" if cat == "step" else LABELS[cat],
-                    marker_color="#E8E8E8" if cat == "step" else COLORS[cat],
-                    width=0.8 if cat == "step" else 0.6,
+                    name=LABELS[cat],
+                    marker_color=COLORS[cat],
+                    width=0.6 if cat in CATEGORIES else 0.8,
                     hovertext=[
                         f"{s.task} · {s.name}"
-                        + (f" ({LABELS.get(s.cat, s.cat)})" if cat != "step" else "")
+                        + (f" ({LABELS[cat]})" if cat in CATEGORIES else "")
                         + f": {s.seconds * 1e3:.2f} ms"
                         for s in mine
                     ],
@@ -434,28 +441,24 @@ class Timeline:
         fig, ax = plt.subplots(figsize=(10, 1.2 + 0.5 * len(self.tasks)))
         rows = {t: len(self.tasks) - 1 - i for i, t in enumerate(self.tasks)}
         used = []
-        for cat in ("step", *CATEGORIES):
+        for cat in DRAWN:
             mine = [s for s in self._bars(steps) if s.cat == cat]
             if not mine:
                 continue
             used.append(cat)
             for task in {s.task for s in mine}:
-                height = 0.8 if cat == "step" else 0.6
+                height = 0.6 if cat in CATEGORIES else 0.8
                 ax.broken_barh(
                     [((s.start - origin) * 1e3, s.seconds * 1e3) for s in mine if s.task == task],
                     (rows[task] - height / 2, height),
-                    facecolors="#E8E8E8" if cat == "step" else COLORS[cat],
+                    facecolors=COLORS[cat],
                 )
         ax.set_yticks(list(rows.values()), list(rows))
         ax.set_xlabel("milliseconds since the run's first step")
         ax.legend(
-            handles=[
-                Patch(color="#E8E8E8" if c == "step" else COLORS[c], label="step" if c == "step" else LABELS[c])
-                for c in used
-            ],
-            loc="upper center",
-            bbox_to_anchor=(0.5, -0.3),
-            ncol=min(len(used), 6),
+            handles=[Patch(color=COLORS[c], label=LABELS[c]) for c in used],
+            loc="center left",
+            bbox_to_anchor=(1.01, 0.5),
             frameon=False,
         )
         if self.label:
@@ -538,7 +541,7 @@ def load(path: str | os.PathLike, label: str = "") -> Timeline:
         elif e.get("ph") == "X":
             start = origin + e["ts"] / 1e6
             s = Span(names[e["pid"]], e["name"], e["cat"], start, start + e["dur"] / 1e6, e.get("args", {}).get("step"))
-            (steps if s.cat == "step" else idle if s.step is None else parts).append(s)
+            (steps if s.cat == "step" else idle if s.cat == "idle" else parts).append(s)
     other = trace.get("otherData", {})
     tasks = [names[i] for i in sorted(names)]
     return Timeline(

@@ -60,7 +60,8 @@ def test_every_task_has_a_track_and_parts_nest_in_their_step(tmp_path):
     spans = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     # the PS serves while the workers train: from the first step to the run's last event
     (serving,) = [e for e in spans if names[e["pid"]] == "ps:0"]
-    assert serving["name"] == "serving" and serving["ts"] == 0 and serving["dur"] == pytest.approx(2.1e6)
+    assert serving["name"] == "serving" and serving["cat"] == "idle"
+    assert serving["ts"] == 0 and serving["dur"] == pytest.approx(2.0e6)
     assert min(e["ts"] for e in spans) == 0  # microseconds from the run's first span
     w0 = sorted((e for e in spans if names[e["pid"]] == "worker:0"), key=lambda e: (e["ts"], -e["dur"]))
     assert [e["name"] for e in w0[:4]] == ["step 1", "pull", "compute", "push"]
@@ -156,12 +157,12 @@ def test_both_figures_draw_every_category_used():
     tl = Timeline.from_events(_events(), ["ps:0", "worker:0", "worker:1"], horovod=None)
     fig = tl.figure()
     assert {t.name for t in fig.data} == {
-        "step",
+        "step (what no part covers: input, Python)",
         "communication",
         "compute",
         "waiting",
         "injected delay",
-        "other (input, Python)",
+        "serving (no steps)",
     }
     assert sum(len(t.x) for t in fig.data) == len(tl.steps) + len(tl.parts) + len(tl.idle)
     assert len(tl.figure(steps=(2, 2)).data[0].x) == 1  # one step kept
