@@ -8,7 +8,7 @@ Perfetto (https://ui.perfetto.dev, "Open trace file") or ``chrome://tracing`` ("
 
 - one track (a trace "process") per task, ``ps:0``, ``worker:1``, ``rank:2``..., in the
   order the job names them; a task without steps (a PS serving its variables) shows one
-  span while the others train, from the run's first step to its last event;
+  span while the others train, from the run's first step to the last step's end;
 - each step a span ``step N`` with its parts nested inside it, clipped to the step and
   to each other: within a track nothing overlaps;
 - Horovod's own timeline (``timeline.json``, written by rank 0's background thread, with
@@ -256,7 +256,7 @@ class Timeline:
             ready = [float(e["time"]) for e in events if e.get("task") == name and e.get("kind") == "ready"]
             if mine:
                 # while the others train: from the run's first step (or its ready event, if later)
-                start = max(min(ready or mine), first) if steps else min(ready or mine)
+                start = first if steps else min(ready or mine)  # an MPI PS rank reports no ready
                 end = max(s.end for s in steps) if steps else max(last, *mine)  # the training, not the shutdown
                 idle.append(Span(name, "serving" if ready else "running", "idle", start, max(end, start)))
         return cls(names, steps, parts, idle, hvd_trace, overlap=overlap)
