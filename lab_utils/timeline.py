@@ -255,7 +255,7 @@ class Timeline:
             mine = [float(e["time"]) for e in events if e.get("task") == name and "time" in e]
             ready = [float(e["time"]) for e in events if e.get("task") == name and e.get("kind") == "ready"]
             if mine:
-                # while the others train: from the run's first step (or its ready event, if later)
+                # while the others train, from the run's first step
                 start = first if steps else min(ready or mine)  # an MPI PS rank reports no ready
                 end = max(s.end for s in steps) if steps else max(last, *mine)  # the training, not the shutdown
                 idle.append(Span(name, "serving" if ready else "running", "idle", start, max(end, start)))
