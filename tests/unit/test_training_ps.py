@@ -269,7 +269,7 @@ def test_step_stamps_make_spans_that_never_overlap_or_go_backwards():
     assert StepStamps(None, token=False).spans(10.0, [0.5, 12.0, 13.0], 11.0)[1] == ("compute", "compute", 11.0, 11.0)
 
 
-def _graph(placed_on_ps: bool):
+def _two_task_graph(placed_on_ps: bool):
     import tensorflow as tf
 
     v1 = tf.compat.v1
@@ -291,7 +291,7 @@ def test_step_stamps_split_a_step_only_where_it_crosses_to_a_ps(placed_on_ps):
     ready, packed with the loss; everything on the worker: nothing to split (None)."""
     from lab_utils.training.ps.graph import StepStamps
 
-    graph, train, loss = _graph(placed_on_ps)
+    graph, train, loss = _two_task_graph(placed_on_ps)
     with graph.as_default():
         stamps = StepStamps.build(train, loss, ("worker", 0), token=False)
     if not placed_on_ps:
