@@ -119,7 +119,11 @@ def event(kind: str, **fields: Any) -> dict:
     and the metrics sampler read them while the task runs)."""
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"event kind must be a non-empty string, got {kind!r}")
-    return _write({"time": time.time(), "kind": kind, "task": task_name(), "pid": os.getpid(), **_clean(fields)})
+    return _write(_record(kind, fields))
+
+
+def _record(kind: str, fields: dict) -> dict:
+    return {"time": time.time(), "kind": kind, "task": task_name(), "pid": os.getpid(), **_clean(fields)}
 
 
 def _write(record: dict) -> dict:
@@ -191,8 +195,7 @@ def step(step: int, examples: int, *, started: float | None = None, **fields: An
     since the previous step, the step is a bar of the run's timeline."""
     if step < 0 or examples < 0:
         raise ValueError(f"step and examples must be >= 0, got step={step}, examples={examples}")
-    record = {"time": time.time(), "kind": "step", "task": task_name(), "pid": os.getpid()}
-    record.update(_clean({"step": int(step), "examples": int(examples), **fields}))
+    record = _record("step", {"step": int(step), "examples": int(examples), **fields})
     if started is not None and tracing():  # already plain floats and strings: not cleaned again
         record["started"] = round(started, 6)
         if _spans:

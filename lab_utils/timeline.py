@@ -172,12 +172,17 @@ def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]
     return [(lo, hi) for lo, hi in out]
 
 
-def _horovod_parts(steps: list[Span], activities: dict[str, list[tuple[float, float]]]) -> list[Span]:
+def _negotiate_and_collective(activities: dict[str, list[tuple[float, float]]]) -> tuple[list, list]:
+    """Horovod's activities as two unions of intervals: negotiating, and the collectives."""
+    negotiate = _union(iv for name, ivs in activities.items() if name.startswith("NEGOTIATE") for iv in ivs)
+    collective = _union(iv for name, ivs in activities.items() if not name.startswith("NEGOTIATE") for iv in ivs)
+    return negotiate, collective
+
+
+def _horovod_parts(steps: list[Span], negotiate: list, collective: list) -> list[Span]:
     """Parts of the steps that recorded none of their own, from Horovod's timeline: rank 0
     negotiates (``wait``) then all-reduces (``comm``), having computed until it asked
     (``compute``); every other rank all-reduces at the same moment."""
-    negotiate = _union(iv for name, ivs in activities.items() if name.startswith("NEGOTIATE") for iv in ivs)
-    collective = _union(iv for name, ivs in activities.items() if not name.startswith("NEGOTIATE") for iv in ivs)
     out: list[Span] = []
     for s in steps:
         raw = []
@@ -193,11 +198,9 @@ def _horovod_parts(steps: list[Span], activities: dict[str, list[tuple[float, fl
     return out
 
 
-def _horovod_overlap(steps: list[Span], activities: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
+def _horovod_overlap(steps: list[Span], negotiate: list, collective: list) -> dict[str, float]:
     """Seconds rank 0 spent all-reducing some gradients while it still computed others:
     the collective before the step's last tensor asked to be reduced (its last negotiation)."""
-    negotiate = [iv for name, ivs in activities.items() if name.startswith("NEGOTIATE") for iv in ivs]
-    collective = _union(iv for name, ivs in activities.items() if not name.startswith("NEGOTIATE") for iv in ivs)
     total = 0.0
     for s in steps:
         asks = [lo for lo, hi in negotiate if s.start <= lo < s.end]
@@ -205,6 +208,30 @@ def _horovod_overlap(steps: list[Span], activities: dict[str, list[tuple[float, 
             computing_until = max(asks)
             total += sum(max(0.0, min(hi, computing_until) - max(lo, s.start)) for lo, hi in collective)
     return {"rank:0": total} if steps else {}
+
+
+def _idle(names: list[str], events: Sequence[Mapping], steps: list[Span]) -> list[Span]:
+    """One span for each task without steps (a PS serving its variables): while the others
+    train, from the run's first step to the last step's end (not its start-up or shutdown);
+    in a run without steps, over its own events."""
+    times: dict[str, list[float]] = {}
+    ready: dict[str, list[float]] = {}
+    for e in events:
+        if "time" in e and e.get("task"):
+            times.setdefault(str(e["task"]), []).append(float(e["time"]))
+            if e.get("kind") == "ready":
+                ready.setdefault(str(e["task"]), []).append(float(e["time"]))
+    stepping = {s.task for s in steps}
+    first = min((s.start for s in steps), default=None)
+    last = max((s.end for s in steps), default=None)
+    out = []
+    for name in names:
+        mine = times.get(name)
+        if name in stepping or not mine:
+            continue
+        start, end = (first, last) if steps else (min(ready.get(name) or mine), max(max(t) for t in times.values()))
+        out.append(Span(name, "serving" if name in ready else "running", "idle", start, max(end, start)))
+    return out
 
 
 @dataclass
@@ -239,27 +266,15 @@ class Timeline:
                 own = {p.task for p in parts}
                 bare = [s for s in steps if s.task not in own]
                 found = horovod_activities(hvd_trace, t0)
-                activities = {name: [(lo, hi) for _, lo, hi in ivs] for name, ivs in found.items()}
-                parts += _horovod_parts(bare, activities)
-                overlap = _horovod_overlap([s for s in bare if s.task == "rank:0"], activities)
+                split = _negotiate_and_collective(
+                    {name: [(lo, hi) for _, lo, hi in ivs] for name, ivs in found.items()}
+                )
+                parts += _horovod_parts(bare, *split)
+                overlap = _horovod_overlap([s for s in bare if s.task == "rank:0"], *split)
                 hvd_trace = [dict(e, ts=e["ts"] + t0 * 1e6) if "ts" in e else e for e in hvd_trace]
             else:
                 hvd_trace = []
-        stepping = {s.task for s in steps}
-        last = max((float(e["time"]) for e in events if "time" in e), default=0.0)
-        first = min((s.start for s in steps), default=last)
-        idle = []
-        for name in names:
-            if name in stepping:
-                continue
-            mine = [float(e["time"]) for e in events if e.get("task") == name and "time" in e]
-            ready = [float(e["time"]) for e in events if e.get("task") == name and e.get("kind") == "ready"]
-            if mine:
-                # while the others train, from the run's first step
-                start = first if steps else min(ready or mine)  # an MPI PS rank reports no ready
-                end = max(s.end for s in steps) if steps else max(last, *mine)  # the training, not the shutdown
-                idle.append(Span(name, "serving" if ready else "running", "idle", start, max(end, start)))
-        return cls(names, steps, parts, idle, hvd_trace, overlap=overlap)
+        return cls(names, steps, parts, _idle(names, events, steps), hvd_trace, overlap=overlap)
 
     # ---- the trace file
 
@@ -327,7 +342,9 @@ class Timeline:
         out = []
         tracked = {s.task for s in (*self.steps, *self.idle)}
         out += [f"{t}: no track" for t in self.tasks if t not in tracked]
-        by_step = {(s.task, s.step, s.start): s for s in self.steps}
+        by_step: dict[tuple, list[Span]] = {}
+        for s in self.steps:
+            by_step.setdefault((s.task, s.step), []).append(s)
         for task in self.tasks:
             mine = sorted((s for s in self.steps if s.task == task), key=lambda s: s.start)
             out += [f"{task}: {a.name} and {b.name} overlap" for a, b in pairwise(mine) if b.start < a.end - 1e-6]
@@ -338,8 +355,8 @@ class Timeline:
                 if b.start < a.end - 1e-6
             ]
         for p in self.parts:
-            owner = [s for (task, step, _), s in by_step.items() if task == p.task and step == p.step]
-            if not any(s.start - 1e-6 <= p.start and p.end <= s.end + 1e-6 for s in owner):
+            owners = by_step.get((p.task, p.step), [])
+            if not any(s.start - 1e-6 <= p.start and p.end <= s.end + 1e-6 for s in owners):
                 out.append(f"{p.task}: {p.name} ({p.cat}) lies outside step {p.step}")
         return out
 
@@ -490,11 +507,9 @@ class Timeline:
             fig = self.static_figure(steps)
             display(fig)
             plt.close(fig)
-        display(
-            self.summary()
-            .style.format("{:.1%}", subset=[c for c in self.summary().columns if c not in ("steps", "ms/step")])
-            .format("{:.2f}", subset=["ms/step"])
-        )
+        table = self.summary()
+        shares = [c for c in table.columns if c not in ("steps", "ms/step")]
+        display(table.style.format("{:.1%}", subset=shares).format("{:.2f}", subset=["ms/step"]))
         print(self.how_to_open())
 
     def _ipython_display_(self) -> None:
