@@ -1,7 +1,7 @@
 """An instructor's worst week: crafted submissions graded as a class, in parallel
 sandboxes. Lab 1 meets every kind (those that spoil different cells of a correct
 submission combined in one student's, STUDENTS); Labs 2-5 a half-done submission (the kernel killed;
-Lab 5: one function of its script looping), each lab in a course of its own. (A complete
+Lab 5: one function of its script hanging), the four in one course. (A complete
 Lab 2-5 submission whose training script forges its throughput is graded in
 tests/notebooks/test_labs.py, as that lab's solution.) Each gets the expected score and flag, nothing is left running,
 a second run resumes without grading anything again, and Ctrl-C stops a batch at once."""
@@ -125,8 +125,8 @@ def test_flags_name_what_happened(graded):
         assert "process limit 512 reached in cell" in detail["bomb"] and "refused" in detail["bomb"], detail["bomb"]
         assert "disk limit 64 MB reached in cell" in detail["disk"], detail["disk"]
     assert "kernel died in cell" in detail["exits"] and "re-run" in detail["exits"]
-    # 40 s, stretched where this machine gives the lab less than its 1.0 core (a quota of 0.8: 50 s)
-    timeout = results["loop"]["provenance"]["time_limits_stretched"] * 40
+    # 20 s, stretched where this machine gives the lab less than its 1.0 core (a quota of 0.8: 25 s)
+    timeout = results["loop"]["provenance"]["time_limits_stretched"] * crafted.CLASS_SETTINGS["cell_timeout"]
     expected = f"{math.ceil(timeout - 1e-9)} s cell timeout"
     assert "(q2_readings)" in detail["loop"] and expected in detail["loop"], detail["loop"]
     # the memory limit by name, with the cell and the limit: the cgroup's OOM kill (root), or
@@ -219,20 +219,21 @@ def test_a_second_run_resumes_and_a_changed_submission_is_graded_again(graded):
 @pytest.fixture(scope="module")
 def patchy_graded(tmp_path_factory):
     """Labs 2-5 handed in half done by one student: the kernel killed early (Lab 5: one
-    function of its script looping in the training process), graded in one course by one
+    function of its script hanging in the training process), graded in one course by one
     batch, two at a time as on a grader's two cores (four batches one after another cost the
-    suite about 70 s more): ``(root, {lab: result})``."""
-    # Lab 5's loop costs a cell timeout: 30 s for its two CPUs, which the batch stretches to
+    suite about 40 s more): ``(root, {lab: result})``."""
+    # Lab 5's hang costs a cell timeout: 30 s for its two CPUs, which the batch stretches to
     # 60 s where two at a time leave it one core (this machine's two), 9x its longest
-    # legitimate cell on a fast day (6.7 s), so a day twice as slow with a busy core beside it still finishes every other
-    # cell in time. The other labs loop nowhere: the default timeout. (At 22 s for every lab, a
-    # Lab 2 cell that starts a cluster ran past it on a slow day under load, flagged "timed out".)
+    # legitimate cell on a fast day (6.7 s), so a day twice as slow with a busy core beside it
+    # still finishes every other cell in time. The other labs hang nowhere: the default
+    # timeout. (At 22 s for every lab, a Lab 2 cell that starts a cluster ran past it on a slow
+    # day under load, flagged "timed out".)
     settings = "defaults:\n  interrupt_grace: 10\nlabs:\n  05_alexnet:\n    cell_timeout: 30\n"
     labs = sorted(crafted.PATCHY)
     root, subs = crafted.course(tmp_path_factory.mktemp("patchy"), labs, settings)
-    for lab in labs:
-        crafted.write("patchy", lab, subs, root=root)
-    results = batch.autograde(subs, labs, root, jobs=2)
+    for lab in labs:  # a batch takes students in name order: the one who hangs first, beside the others
+        crafted.write("patchy", lab, subs, student="hangs" if crafted.patchy_loops(lab) else "patchy", root=root)
+    results = batch.autograde(subs, labs, root, jobs=4)  # two turns a lab (its 2 CPUs): two at once
     return root, {r["lab"]: r for r in results}
 
 
