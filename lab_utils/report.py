@@ -35,6 +35,7 @@ Each record carries ``time`` (wall clock, seconds since the epoch), ``kind``,
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -124,6 +125,15 @@ def event(kind: str, **fields: Any) -> dict:
 
 def _record(kind: str, fields: dict) -> dict:
     return {"time": time.time(), "kind": kind, "task": task_name(), "pid": os.getpid(), **_clean(fields)}
+
+
+@atexit.register
+def _close() -> None:
+    """The event file closed as the process exits (its lines are flushed as written)."""
+    global _handle, _handle_path
+    if _handle is not None:
+        _handle.close()
+        _handle, _handle_path = None, None
 
 
 def _write(record: dict) -> dict:
