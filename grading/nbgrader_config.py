@@ -51,18 +51,13 @@ c.Execute.timeout = cell_timeout(settings_file=HERE / "settings.yml")
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import GetGrades  # noqa: E402
 
-from lab_utils.grading.tracebacks import (  # noqa: E402
-    ClearTestCellHiddenTests,
-    HideHiddenTracebacks,
-    HideReferenceQuotes,
-)
+from lab_utils.grading.tracebacks import ClearTestCellHiddenTests, HideHiddenTracebacks  # noqa: E402
 
-# Sandboxed grading shows the kernel the reference scripts (grading/reference/), which the
-# throughput tests run; an output that quotes one is cut from the feedback (HideReferenceQuotes).
+# (An output that quotes a hidden test or a solution never gets here: the grading worker
+# removes it from the graded notebook first, lab_utils.grading.quotes.)
 c.GenerateFeedback.preprocessors = [
     GetGrades,
     HideHiddenTracebacks,
-    HideReferenceQuotes,
     ClearTestCellHiddenTests,  # nbgrader's ClearHiddenTests, on test cells only (a student's text is theirs)
     CSSHTMLHeaderPreprocessor,
 ]

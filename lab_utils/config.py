@@ -2,9 +2,9 @@
 
 Modules never call ``os.environ.get("LABS_...")`` themselves: they call the
 accessor here, so a variable's name, meaning and default are written once.
-The four ``LAB_*`` variables that the grading worker sets for a sandbox and that
+The ``LAB_*`` variables that the grading worker sets for a sandbox and that
 code inside it reads (``LAB_SANDBOX``, ``LAB_GRADING_TIMING``,
-``LAB_GRADING_TIMING_LOCK``, ``LAB_GRADING_REFERENCE_DIR``) are declared here too,
+``LAB_GRADING_DRIVEN``, ``LAB_GRADING_REFERENCE_DIR``) are declared here too,
 under their own prefix (the names a running grading batch and its sandboxes
 share), and setter and reader both name them by the constants below.
 Each accessor takes an optional ``env`` mapping (tests pass a dict) and falls
@@ -75,9 +75,10 @@ VARIABLES = {
             "(grading/settings.yml) for the throughput tests",
         ),
         Var(
-            "LAB_GRADING_TIMING_LOCK",
+            "LAB_GRADING_DRIVEN",
             None,
-            "set by the grading worker: a file the throughput tests of every sandbox lock, one timing at a time",
+            "set by the grading worker: 1 when the grader times the throughput tests itself, asking the kernel "
+            "for each timed job over its stdin (lab_utils.grading.throughput)",
         ),
         Var(
             "LAB_GRADING_REFERENCE_DIR",
@@ -98,10 +99,10 @@ RUN_DIR, TASK, REPORT_FILE, REPORT_DIR, JOB = (
 RESULTS_FILE, HEADLESS, ALLOW_EXPOSED = "LABS_RESULTS_FILE", "LABS_HEADLESS", "LABS_ALLOW_EXPOSED"
 TRACE = "LABS_TRACE"
 HANDIN_URL, OFFLINE = "LABS_HANDIN_URL", "LABS_OFFLINE"
-SANDBOX, GRADING_TIMING, GRADING_TIMING_LOCK, GRADING_REFERENCE_DIR = (
+SANDBOX, GRADING_TIMING, GRADING_DRIVEN, GRADING_REFERENCE_DIR = (
     "LAB_SANDBOX",
     "LAB_GRADING_TIMING",
-    "LAB_GRADING_TIMING_LOCK",
+    "LAB_GRADING_DRIVEN",
     "LAB_GRADING_REFERENCE_DIR",
 )
 _TRUE = {"1", "true", "yes", "on"}

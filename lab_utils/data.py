@@ -144,6 +144,27 @@ def _keras_cache_file() -> Path:
     return _keras_datasets_dir() / "mnist.npz"
 
 
+#: (path, size, mtime, inode) -> whether it is MNIST: each file hashed once per process
+_VERIFIED: dict[tuple, bool] = {}
+
+
+def _keras_mnist(verbose: bool = False) -> Path | None:
+    """The Keras cache's ``mnist.npz`` when it is MNIST, the very file Keras downloads
+    (:data:`MNIST_SHA256`, the hash Keras checks); None when there is none, or when it is
+    another file saved under that name (refused by name, never taken for the 70,000 images)."""
+    path = _keras_cache_file()
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _VERIFIED:
+        _VERIFIED[key] = data_files.file_sha256(path) == MNIST_SHA256
+        if not _VERIFIED[key] and verbose:
+            print(f"{path} is not MNIST (its SHA-256 is not that of Keras's mnist.npz): not used")
+    return path if _VERIFIED[key] else None
+
+
 def _from_npz(path: Path, source: str, raw: bool = False) -> Dataset:
     """MNIST from a Keras-format ``.npz``, its arrays mapped from this user's cache
     (:mod:`lab_utils.data_cache`: read from ``path`` once, then shared by every process)."""
@@ -215,7 +236,7 @@ def _full_mnist_here(offline: bool | None) -> bool:
     if offline is None:
         offline = bool(config.flag("LABS_OFFLINE"))
     data_dir = config.get("LABS_DATA_DIR")
-    return bool(data_dir and (Path(data_dir) / "mnist.npz").is_file()) or _keras_cache_file().is_file() or not offline
+    return bool(data_dir and (Path(data_dir) / "mnist.npz").is_file()) or _keras_mnist() is not None or not offline
 
 
 def mnist_bytes(offline: bool | None = None, *, raw: bool = False) -> int:
@@ -277,8 +298,8 @@ def load_mnist(
     if data_dir and (Path(data_dir) / "mnist.npz").is_file():
         ds = _from_npz(Path(data_dir) / "mnist.npz", "LABS_DATA_DIR", raw)
         ds = replace(ds, stand_in=is_stand_in(data_dir))
-    elif _keras_cache_file().is_file():
-        ds = _from_npz(_keras_cache_file(), "keras-cache", raw)
+    elif (cached := _keras_mnist(verbose)) is not None:
+        ds = _from_npz(cached, "keras-cache", raw)
     elif not offline:
         try:
             _download(MNIST_URL, _keras_cache_file(), timeout)

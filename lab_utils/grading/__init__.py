@@ -2,12 +2,15 @@
 
 In test cells (introduced in Lab 1)::
 
-    from lab_utils.grading import credit, ratio_credit, is_grading
+    from lab_utils.grading import credit, ratio_credit, is_grading, hand_in
 
 The package, one job per module:
 
 - ``cells``: ``is_grading``, ``credit``, ``ratio_credit`` (what test cells call);
-- ``throughput``: ``compare``, the hidden throughput tests' fair, unforgeable timing;
+- ``handin``: ``hand_in``, how a hidden test gives the grader plain values to judge, outside
+  the kernel (``judge``: the grader's side);
+- ``throughput``: ``compare``, the hidden throughput tests' fair, unforgeable timing (the
+  grader's clock, the kernel only runs the jobs it is asked for);
 - ``selfcheck``: ``self_check``, the students' visible estimate of that credit, against a
   yardstick that is not a solution (``jobs``, ``published``);
 - ``settings``: ``grading/settings.yml`` (timeouts and limits per lab);
@@ -28,35 +31,49 @@ The package, one job per module:
 - ``leaks``: ``find_leaks`` / ``check_student_environment``: the student
   environment (``lab_utils`` + ``labs/``) holds no solution and no hidden test.
 
-Importing this package is cheap: nbgrader, nbformat and yaml are imported by the
-functions that need them.
+Importing this package is cheap, and loads only what test cells call: the course operations
+(and with them nbgrader, nbformat and yaml) are imported when first named.
 """
 
 from __future__ import annotations
 
-from lab_utils.grading import throughput  # its clock is taken here, in the labs' locked setup cells
+import importlib
+
 from lab_utils.grading.cells import DEFAULT_BANDS, credit, is_grading, ratio_credit
-from lab_utils.grading.course import autograde, check_release, feedback, release
-from lab_utils.grading.leaks import Leak, check_student_environment, find_leaks, student_files
-from lab_utils.grading.nbapi import export_grades
-from lab_utils.grading.scripts import extract_references, find_lab_script, reference_script
+from lab_utils.grading.handin import hand_in
+from lab_utils.grading.scripts import find_lab_script, reference_script
+
+#: the course operations, imported when first named: a grading kernel imports only the
+#: helpers its test cells call (its view of lab_utils holds no other module: view.py)
+_COURSE = {
+    "release": "course",
+    "check_release": "course",
+    "autograde": "course",
+    "feedback": "course",
+    "export_grades": "nbapi",
+    "extract_references": "scripts",
+    "Leak": "leaks",
+    "find_leaks": "leaks",
+    "student_files": "leaks",
+    "check_student_environment": "leaks",
+}
 
 __all__ = [
     "DEFAULT_BANDS",
     "credit",
     "ratio_credit",
     "is_grading",
+    "hand_in",
     "throughput",
-    "release",
-    "check_release",
-    "autograde",
-    "export_grades",
-    "feedback",
     "reference_script",
-    "extract_references",
     "find_lab_script",
-    "Leak",
-    "find_leaks",
-    "student_files",
-    "check_student_environment",
+    *_COURSE,
 ]
+
+
+def __getattr__(name):
+    if name == "throughput":
+        return importlib.import_module("lab_utils.grading.throughput")
+    if name in _COURSE:
+        return getattr(importlib.import_module(f"lab_utils.grading.{_COURSE[name]}"), name)
+    raise AttributeError(f"module 'lab_utils.grading' has no attribute {name!r}")

@@ -6,23 +6,16 @@
 - :func:`changed_cells`: flags for locked cells a submission edited or deleted
   (nbgrader puts the instructor's version back, so the grade is right, but the
   instructor should know);
-- :func:`flags_in_outputs`: ``[grading-flag] kind: detail`` lines that hidden tests
-  print (an inconclusive timing, a throughput figure that contradicts the clock).
+
+Flags come from the grader alone (its executor, :mod:`lab_utils.grading.execute`): a line a
+notebook prints is never taken for one.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["FLAG_PREFIX", "account", "changed_cells", "restore_deleted", "flags_in_outputs", "flag_line"]
-
-#: Start of a line that a hidden test prints to raise a flag for the instructor.
-FLAG_PREFIX = "[grading-flag] "
-
-
-def flag_line(kind: str, detail: str) -> str:
-    """The line a test cell prints to flag ``kind`` (e.g. "inconclusive timing")."""
-    return f"{FLAG_PREFIX}{kind}: {detail}"
+__all__ = ["account", "changed_cells", "restore_deleted"]
 
 
 def _meta(cell) -> dict:
@@ -125,25 +118,6 @@ def changed_cells(submitted: Path, released: Path) -> list[dict]:
                     "detail": f"{what} {grade_id} was edited (the instructor's version was graded)",
                 }
             )
-    return flags
-
-
-def flags_in_outputs(graded: Path) -> list[dict]:
-    """``[grading-flag]`` lines printed by the test cells of the autograded notebook."""
-    import nbformat
-
-    nb = nbformat.read(graded, as_version=4)
-    flags = []
-    for cell in nb.cells:
-        if not _is_test(cell):
-            continue
-        for out in cell.get("outputs", []):
-            if out.get("output_type") != "stream":
-                continue
-            for line in out.get("text", "").splitlines():
-                if line.startswith(FLAG_PREFIX):
-                    kind, _, detail = line[len(FLAG_PREFIX) :].partition(": ")
-                    flags.append({"kind": kind.strip(), "detail": f"{_meta(cell)['grade_id']}: {detail.strip()}"})
     return flags
 
 

@@ -37,11 +37,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lab_utils import resources
-from lab_utils.grading import layout, nbapi, results, scripts
+from lab_utils.grading import layout, locks, nbapi, quotes, results, scripts
 from lab_utils.grading.gate import EXECUTED, READY, Admission, Gate, Turns
 from lab_utils.grading.late import late_flag, parse_due
 from lab_utils.grading.sandbox import Sandbox, SandboxError, cgroup_support
 from lab_utils.grading.settings import grading_settings
+from lab_utils.grading.view import kernel_package, references_needed
 
 __all__ = ["autograde", "submission_pairs", "usable_cores", "KERNEL_UID_BASE"]
 
@@ -55,44 +56,51 @@ class SlotClaims:
     """Sandbox slots claimed machine-wide: each slot's kernel runs as its own uid, so two
     batches on one machine (two instructors, two elements of a Slurm array on one node) must
     never share a slot, or one's kernel could signal the other's. A claim is a held
-    ``flock`` on ``<lock_dir>/labgrade-slot-<k>.lock``: the kernel drops it when the claimer
-    dies, so a killed batch frees its slots without cleanup."""
+    ``flock`` on ``<lock_dir>/slot-<k>.lock``, in the grader's own lock folder
+    (:func:`lab_utils.grading.locks.lock_dir`: nobody else can make or hold these files): the
+    kernel drops it when the claimer dies, so a killed batch frees its slots without cleanup."""
 
     def __init__(self, n: int, lock_dir: str | os.PathLike | None = None):
-        import fcntl
-
-        base = Path(lock_dir or ("/run/lock" if os.access("/run/lock", os.W_OK) else tempfile.gettempdir()))
-        self.files: list = []
+        base = Path(lock_dir) if lock_dir else locks.lock_dir()
+        self.fds: list[int] = []
         self.slots: list[int] = []
         for k in range(MAX_SLOTS):
             if len(self.slots) == n:
                 break
-            try:
-                f = open(base / f"labgrade-slot-{k}.lock", "a")  # noqa: SIM115  held until release()
-            except PermissionError:  # another user's (a shared /tmp without root): theirs
+            fd = locks.open_lock(base / f"slot-{k}.lock")
+            if not locks.acquire(fd, 0):  # another batch's
+                os.close(fd)
                 continue
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
-                continue
-            self.files.append(f)
+            self.fds.append(fd)
             self.slots.append(k)
         if len(self.slots) < n:
             self.release()
             raise RuntimeError(f"no {n} free grading slots on this machine ({MAX_SLOTS} at most are graded at once)")
 
     def release(self) -> None:
-        for f in self.files:
-            f.close()
-        self.files = []
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def _folders(parent: Path) -> list[Path]:
+    """The real folders of ``parent`` (a link to a folder is not one: never followed)."""
+    return sorted(p for p in parent.iterdir() if not p.name.startswith(".") and p.is_dir() and not p.is_symlink())
 
 
 def submission_pairs(folder: Path):
-    """(student, lab) for each ``folder/<student>/<lab>/``."""
-    for student in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for lab in sorted(p for p in student.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    """(student, lab) for each ``folder/<student>/<lab>/`` that is a real folder."""
+    for student in _folders(folder):
+        for lab in _folders(student):
             yield student.name, lab.name
+
+
+def linked_folders(folder: Path) -> list[str]:
+    """``<student>`` and ``<student>/<lab>`` entries of ``folder`` that are links: not graded."""
+    found = [p for p in folder.iterdir() if p.is_symlink()]
+    for student in _folders(folder):
+        found += [p for p in student.iterdir() if p.is_symlink()]
+    return sorted(str(p.relative_to(folder)) for p in found)
 
 
 def usable_cores() -> int:
@@ -121,14 +129,20 @@ PREPARE_S = 300
 FINISH_S = 600
 
 
+#: the copy of lab_utils that kernels import (lab_utils.grading.view), beside the templates
+KERNEL_PACKAGE = "kernel-lab_utils"
+
+
 def make_templates(root: Path, labs: list[str], folder: Path) -> tuple[dict[str, Path], Path]:
     """In ``folder`` (made, root only): one generated course per lab (config, source, release,
     a gradebook that knows only the assignment) that every worker copies instead of
-    generating its own, and the reference scripts' solution lines that feedback must not
-    quote. Returns ``({lab: template}, the lines' file)``."""
+    generating its own, the hidden-test and solution lines that nothing kept may quote
+    (:func:`lab_utils.grading.quotes.course_secrets`), and the kernels' copy of ``lab_utils`` (:data:`KERNEL_PACKAGE`). Returns
+    ``({lab: template}, the lines' file)``."""
     folder.mkdir(mode=0o700)
-    lines_file = folder / "solution-lines.json"
-    lines_file.write_text(json.dumps(scripts.solution_lines(root)))
+    lines_file = folder / "secret-lines.json"
+    lines_file.write_text(json.dumps(quotes.course_secrets(root)))
+    kernel_package(folder / KERNEL_PACKAGE)
     templates = {}
     for lab in labs:
         tpl = folder / lab
@@ -171,9 +185,9 @@ class _Batch:
         self.work.chmod(0o711)
         # one timed run at a time among this batch's sandboxes (or, given, among every grader
         # sharing the lock: a Slurm node's elements)
+        # (the worker takes it on its kernel's behalf: no kernel sees it)
         self.timing_lock = Path(timing_lock) if timing_lock else self.work / "timing.lock"
-        self.timing_lock.touch()
-        self.timing_lock.chmod(0o644)
+        os.close(locks.open_lock(self.timing_lock))
         coursedir = nbapi.course_api(root).coursedir
         self.course_id, self.db_url = coursedir.course_id, coursedir.db_url
         self.provenance = results.provenance()
@@ -229,24 +243,29 @@ class _Batch:
         return box, box_dir
 
     def _spec(self, student: str, lab: str, slot: int, box: Sandbox, box_dir: Path, settings: dict) -> dict:
-        hide = [str(self.root), str(self.submissions), str(layout.GRADING_ROOT), str(self.work / "template")]
         keras = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras")
+        source = layout.source_notebook(lab, self.root)
         return {
             "student": student,
             "lab": lab,
             "submission": str(self.submissions / student / lab),
             "template": str(self.templates[lab]),
-            "solution_lines": str(self.lines_file),
+            "kernel_package": str(self.templates[lab].parent / KERNEL_PACKAGE),
+            "secret_lines": str(self.lines_file),
             "box": str(box_dir),
             "result": str(box_dir / "result.json"),
             "settings": settings,
             "isolated": box.isolated,
             "network": settings["network"],
             "uid": KERNEL_UID_BASE + slot if box.isolated else None,
-            "hide": hide if box.isolated else [],
             "reference_dir": str(self.root / scripts.REFERENCE_DIR),
+            # the reference scripts its tests run, the only ones its kernel sees
+            "references": [
+                [ref_lab, str(scripts.reference_script(ref_lab, name, self.root))]
+                for ref_lab, name in references_needed(source)
+            ],
             # the files its notebook writes (%%writefile): the only ones kept beside it
-            "keep": sorted(scripts.writefile_scripts(layout.source_notebook(lab, self.root))),
+            "keep": sorted(scripts.writefile_scripts(source)),
             "keras_home": str(keras) if keras.is_dir() else None,
             "timing_lock": str(self.timing_lock),
         }
@@ -446,6 +465,8 @@ def autograde(
         batch.cleanup()
         raise
     _announce(batch, todo, len(graded), settings_file, isolate, pipeline)
+    for name in linked_folders(submissions):
+        batch.say(f"autograde: {name} is a link, not a folder: not graded (copy the submission itself there)")
     t0 = time.monotonic()
     pool = ThreadPoolExecutor(max_workers=batch.threads)
     try:

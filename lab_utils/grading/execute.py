@@ -30,13 +30,17 @@ worker, :mod:`lab_utils.grading.worker`, configures it). Over nbgrader it adds:
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
 from queue import Empty
 
+from jupyter_core.utils import ensure_async
 from nbclient.exceptions import DeadKernelError
 from nbclient.util import run_sync
 from nbconvert.preprocessors import Preprocessor
@@ -44,8 +48,12 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Float, Integer, List, Unicode
 
+from lab_utils.grading import judge, locks
 from lab_utils.grading.gate import EXECUTED, READY, notify, wait_for_go
+from lab_utils.grading.safefiles import read_plain
 from lab_utils.grading.sandbox import memory_events, pids_refused, run_checked
+from lab_utils.grading.settings import DEFAULTS
+from lab_utils.grading.throughput import Driver
 
 __all__ = ["SandboxExecute", "CapOutputBytes", "TIMEOUT_ENAME", "DEAD_ENAME", "NOT_RUN_ENAME"]
 
@@ -54,8 +62,22 @@ DEAD_ENAME = "KernelDied"
 NOT_RUN_ENAME = "NotRun"
 
 
+def give_tree(folder: Path, uid: int) -> None:
+    """Make ``uid`` the owner of ``folder`` and everything in it, through file descriptors,
+    never following a link (a link itself changes owner)."""
+    os.chown(folder, uid, uid, follow_symlinks=False)
+    for _, dirs, files, dir_fd in os.fwalk(folder):
+        for name in dirs + files:
+            os.chown(name, uid, uid, dir_fd=dir_fd, follow_symlinks=False)
+
+
 def _meta(cell) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _is_test(cell) -> bool:
+    m = _meta(cell)
+    return cell.get("cell_type") == "code" and bool(m.get("grade")) and not m.get("solution")
 
 
 def _error(ename: str, evalue: str) -> NotebookNode:
@@ -130,6 +152,16 @@ class SandboxExecute(Execute):
         config=True
     )
     file_mb = Float(5, help="a kept file larger than this is not kept").tag(config=True)
+    timing_json = Unicode("{}", help="the lab's timing settings (JSON: rounds, max_rounds, noise)").tag(config=True)
+    timing_lock = Unicode("", help="the batch's timing lock, held while a test cell's jobs are timed; '': none").tag(
+        config=True
+    )
+    trusted = List(Unicode(), help="folders whose code the kernel may run as lab_utils' and Python's own").tag(
+        config=True
+    )
+    kernel_uid = Integer(-1, help="the kernel's uid: it owns the notebook's folder on the disk; -1: unchanged").tag(
+        config=True
+    )
     # A cell's output still arriving after its reply: nbclient waits iopub_timeout for it, and
     # nbgrader makes running past that an exception. A flood of output (the crafted hostile
     # cell's 50 MB) took longer than nbclient's 4 s on a slow day under load, and the exception
@@ -143,6 +175,11 @@ class SandboxExecute(Execute):
         notify(self.note_fd, READY)
         wait_for_go(self.go_fd)
         self._records: list[dict] = []
+        self._flags: list[dict] = []
+        self._nonce = judge.new_nonce()
+        self._testing, self._driver, self._lock_fd, self._reply_ok = False, None, None, False
+        self._replaced: set[str] = set()
+        self.timing = {**DEFAULTS["timing"], **json.loads(self.timing_json or "{}")}
         self._started = time.monotonic()
         self._deadline = self._started + self.notebook_timeout if self.notebook_timeout else None
         self._restarts = 0
@@ -183,22 +220,22 @@ class SandboxExecute(Execute):
             for nb in folder.glob("*.ipynb"):
                 shutil.copy2(nb, work / nb.name)
             self._disk_before = f"the files handed in did not fit in {self.disk_mb:g} MB ({exc.__class__.__name__})"
+        if self.kernel_uid > 0:  # before any student code runs: nothing here can be swapped under us
+            give_tree(work, self.kernel_uid)
         run_checked("mount", "--bind", str(work), str(folder))
 
     def _keep_from_disk(self, folder: Path) -> dict[str, int]:
-        """Read the lab's own files from the tmpfs (a plain file within ``file_mb``), detach
-        the tmpfs from the folder (lazily: a leaked process may still hold it), and write
-        them into the real folder. Returns ``{name: bytes}`` of those too big to keep."""
+        """Read the lab's own files from the tmpfs (a plain file within ``file_mb``, opened without
+        following a link: a process the submission left may still be changing the folder), detach
+        the tmpfs from the folder (lazily: such a process may still hold it), and write them into
+        the real folder. Returns ``{name: bytes}`` of those too big to keep."""
         kept, dropped, cap = {}, {}, int(self.file_mb * 2**20)
         for name in self.keep_files:
-            f = folder / name
-            if f.is_symlink() or not f.is_file():
-                continue
-            size = f.stat().st_size
-            if size > cap:
-                dropped[name] = size
-                continue
-            kept[name] = f.read_bytes()
+            data = read_plain(folder / name, cap)
+            if isinstance(data, int):
+                dropped[name] = data
+            elif data is not None:
+                kept[name] = data
         run_checked("umount", "-l", str(folder))
         for name, data in kept.items():
             (folder / name).write_bytes(data)
@@ -224,6 +261,27 @@ class SandboxExecute(Execute):
             return super().preprocess_cell(cell, resources, index)
         record = {"index": index, "grade_id": _meta(cell).get("grade_id"), "status": "ran"}
         self._records.append(record)
+        if not _is_test(cell):
+            return self._execute(cell, resources, index, record)
+        # a test cell: the kernel runs what is above its judge, silently (no history, no result
+        # shown), with the grader driving its timed jobs; the grader decides the verdict
+        source = cell.source
+        kernel_part, judge_part = judge.split(source)
+        call = judge.timed_call(kernel_part)
+        self._driver = Driver(call, self.timing) if call else None
+        self._reply_ok = False
+        cell.source = f"# {self._nonce}: the grader runs this test cell\n{kernel_part}"
+        self._testing = True
+        try:
+            cell, resources = self._execute(cell, resources, index, record)
+        finally:
+            cell.source = source
+            self._testing = False
+            self._release_timing()
+        self._judge(cell, index, record, judge_part, call)
+        return cell, self.resources
+
+    def _execute(self, cell, resources, index, record):
         if self._deadline is not None and time.monotonic() >= self._deadline:
             cell.outputs = [
                 _error(NOT_RUN_ENAME, f"not run: the notebook's time budget ({self.notebook_timeout} s) was used up")
@@ -260,6 +318,123 @@ class SandboxExecute(Execute):
                 record["replayed"] = self._restart(index)
         return cell, self.resources
 
+    # ------------------------------------------------------------------ verdicts
+    def _judge(self, cell, index: int, record: dict, judge_part: str | None, call: dict | None) -> None:
+        """The grader's verdict on test cell ``index`` (:func:`lab_utils.grading.judge.verdict`),
+        then the kernel made to forget the cell's source, and checked for tampering."""
+        meta = _meta(cell)
+        gid, points = meta.get("grade_id", f"cell {index}"), float(meta.get("points", 0))
+        values = judge.take_handin(cell)
+        refused = sorted(k for k, x in (values or {}).items() if isinstance(x, dict) and x.get("$") == "refused")
+        if refused:
+            what = "; ".join(f"{k}: {values[k]['what']}" for k in refused[:4])
+            self._flag("not a plain value", f"{gid} was handed {what}")
+        forged = judge.drop_forged_lines(cell)
+        if forged:
+            self._flag(
+                "forged flag", f"{gid} printed {len(forged)} line(s) that only the grader writes: {forged[0][:120]}"
+            )
+        if record["status"] != "ran":  # timed out, kernel died, not run: its error output scores it 0
+            return
+        timing = self._driver.outcome() if self._driver else None
+        if timing is not None:
+            record["timing"] = timing.timing
+        v = judge.verdict(cell, reply_ok=self._reply_ok, judge=judge_part, values=values, timing=timing,
+                          timed=call is not None, points=points, grade_id=gid)  # fmt: skip
+        record["verdict"] = v.status
+        if v.detail:
+            record["judge"] = v.detail
+        for f in v.flags:
+            self._flag(f["kind"], f["detail"])
+        self._ask(judge.cleanup_code(self._nonce))
+        replaced = self._probe()
+        if replaced is None:
+            self._flag("tampered with grading", f"after {gid}: the kernel did not answer the grader's integrity check")
+            return
+        new = sorted(set(replaced) - self._replaced)
+        self._replaced |= set(new)
+        if new:
+            self._flag("tampered with grading", f"after {gid}: replaced {', '.join(new[:8])}")
+        used = sorted(
+            r
+            for r in replaced
+            if r.startswith("lab_utils") and re.search(rf"\b{re.escape(r.rsplit('.', 1)[-1])}\b", cell.source)
+        )
+        if used:  # its values came through a lab_utils function the submission replaced: worth nothing
+            cell.outputs = [o for o in cell.outputs if o.get("output_type") not in ("execute_result", "error")]
+            cell.outputs.append(_error("TamperedWithGrading", f"this test used {used[0]}, which the notebook replaced"))
+            record["tampered"] = used
+
+    def _probe(self) -> list[str] | None:
+        nonce = judge.new_nonce()
+        text = self._ask(judge.probe_code(nonce, self.trusted))
+        return judge.read_probe([{"output_type": "stream", "text": text}], nonce)
+
+    def _flag(self, kind: str, detail: str) -> None:
+        self._flags.append({"kind": kind, "detail": detail})
+
+    # ------------------------------------------------------------------ a test cell's kernel
+    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+        """nbclient's, but a test cell is sent silently (no history, no result displayed) with
+        the kernel's stdin open to the grader (its timed jobs, :meth:`_serve_stdin`)."""
+        if not self._testing:
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        kc = self.kc
+        kc.execute = functools.partial(type(kc).execute, kc, silent=True, allow_stdin=True)
+        server = asyncio.ensure_future(self._serve_stdin(kc))
+        try:
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history=False)
+        finally:
+            server.cancel()
+            kc.__dict__.pop("execute", None)
+
+    execute_cell = run_sync(async_execute_cell)
+
+    def on_cell_executed(self, **kwargs):
+        self._reply_ok = kwargs["execute_reply"]["content"].get("status") == "ok"
+        return super().on_cell_executed(**kwargs)
+
+    async def _serve_stdin(self, kc) -> None:
+        """Answer the kernel's questions while a test cell runs: the timed jobs of its
+        comparison (:class:`lab_utils.grading.throughput.Driver`), holding the batch's timing lock
+        meanwhile; anything else is answered with nothing."""
+        while True:
+            msg = await ensure_async(kc.stdin_channel.get_msg(timeout=None))
+            if msg["header"]["msg_type"] != "input_request":
+                continue
+            prompt = str(msg["content"].get("prompt", ""))
+            if self._driver is None:
+                kc.input("")
+                continue
+            if self._lock_fd is None and self._driver.result is None:
+                await self._take_timing()
+            answer = self._driver.answer(prompt)
+            if self._driver.result is not None or self._driver.protocol_error:
+                self._release_timing()
+            kc.input(answer)
+
+    async def _take_timing(self) -> None:
+        """The batch's timing lock, within half the cell's time: past that the comparison is timed
+        anyway and flagged for a regrade (a wait for a lock never costs a student points)."""
+        if not self.timing_lock:
+            self._lock_fd = -1
+            return
+        fd = locks.open_lock(self.timing_lock)
+        deadline = max(30.0, 0.5 * self._cell_timeout)
+        if await asyncio.to_thread(locks.acquire, fd, deadline):
+            self._lock_fd = fd
+            return
+        os.close(fd)
+        self._lock_fd = -1
+        self._flag(
+            "inconclusive timing", f"regrade: the timing lock was not free within {deadline:.0f} s; timed anyway"
+        )
+
+    def _release_timing(self) -> None:
+        if self._lock_fd is not None and self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the descriptor drops its lock
+        self._lock_fd = None
+
     def _why_dead(self, record: dict, memory_before, index: int) -> str:
         """Why the kernel died in cell ``index``, for its error and ``record`` (``cause``):
         the sandbox cgroup's OOM-kill counter went up while the cell ran, or something else."""
@@ -290,6 +465,24 @@ class SandboxExecute(Execute):
             return self._run_quiet("pass", timeout)
         except DeadKernelError:
             return False
+
+    def _ask(self, source: str, timeout: float = 30.0) -> str:
+        """Run ``source`` silently in the kernel; what it printed ('' when it did not answer in time)."""
+        msg_id = self.kc.execute(source, silent=True, store_history=False, allow_stdin=False)
+        deadline, text = time.monotonic() + timeout, []
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = run_sync(self.kc.iopub_channel.get_msg)(timeout=left)
+            except Empty:
+                break
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind = msg["header"]["msg_type"]
+            if kind == "stream":
+                text.append(msg["content"].get("text", ""))
+            elif kind == "status" and msg["content"].get("execution_state") == "idle":
+                break
+        return "".join(text)
 
     def _restart(self, failed_index: int) -> int:
         """Restart the kernel and re-run, silently, the code cells above ``failed_index``
@@ -327,5 +520,6 @@ class SandboxExecute(Execute):
             "dropped_files": getattr(self, "_dropped", {}),
             "disk_peak_mb": round(getattr(self, "_disk_peak", 0) / 2**20, 1) if self.disk_dir else None,
             "disk_before": getattr(self, "_disk_before", ""),
+            "flags": getattr(self, "_flags", []),
         }
         Path(self.record_file).write_text(json.dumps(data, indent=1))

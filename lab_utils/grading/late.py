@@ -18,6 +18,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from lab_utils.grading.safefiles import read_plain
+
 __all__ = ["parse_due", "handed_in_at", "late_flag"]
 
 
@@ -43,10 +45,10 @@ def parse_due(value) -> datetime | None:
 def handed_in_at(folder: Path) -> datetime | None:
     """When the submission in ``folder`` arrived, from its ``timestamp.txt``; None without one
     (or one that is not a time: it is not evidence of lateness)."""
-    try:
-        text = (Path(folder) / "timestamp.txt").read_text(errors="replace").strip()
-    except (FileNotFoundError, NotADirectoryError):
+    data = read_plain(Path(folder) / "timestamp.txt", 4096)  # a link in a submission is never followed
+    if not isinstance(data, bytes):
         return None
+    text = data.decode(errors="replace").strip()
     from dateutil import parser  # nbgrader reads it the same way (nbgrader.utils.parse_utc)
 
     try:

@@ -76,5 +76,5 @@ def export(csv_path: Path | str, lms: str, root: Path | str = GRADING_ROOT) -> P
     path = Path(csv_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
-        csv.writer(f).writerows(table)
+        csv.writer(f).writerows([map(results.spreadsheet_safe, row) for row in table])
     return path

@@ -106,5 +106,7 @@ def export_grades(csv_path: Path | str | None = None, root: Path | str = GRADING
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, columns)
         w.writeheader()
-        w.writerows(gradebook_rows(root))
+        from lab_utils.grading.results import spreadsheet_safe
+
+        w.writerows({k: spreadsheet_safe(v) for k, v in row.items()} for row in gradebook_rows(root))
     return csv_path

@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 from lab_utils.grading.layout import GRADING_ROOT, REPO_ROOT
+from lab_utils.grading.safefiles import copy_plain, hash_plain
 
 __all__ = [
     "results_dir",
@@ -35,6 +36,7 @@ __all__ = [
     "flag_lines",
     "add_flags_to_feedback",
     "write_csv",
+    "spreadsheet_safe",
     "summary",
 ]
 
@@ -45,13 +47,6 @@ def results_dir(root: Path | str = GRADING_ROOT) -> Path:
     return Path(root) / "results"
 
 
-def _hash_tree(folder: Path) -> str:
-    h = hashlib.sha256()
-    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(str(f.relative_to(folder)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 def hashes(root: Path, submission: Path, lab: str, settings: dict) -> dict:
     """What a result was graded from: the submission folder, and the lab's tests (its
     instructor notebook), the nbgrader configuration and the grading settings. A result
@@ -59,7 +54,7 @@ def hashes(root: Path, submission: Path, lab: str, settings: dict) -> dict:
     tests = hashlib.sha256((root / "source" / lab / f"{lab}.ipynb").read_bytes())
     tests.update((root / "nbgrader_config.py").read_bytes())
     tests.update(json.dumps(settings, sort_keys=True).encode())
-    return {"submission_sha256": _hash_tree(submission), "tests_sha256": tests.hexdigest()}
+    return {"submission_sha256": hash_plain(submission), "tests_sha256": tests.hexdigest()}
 
 
 def provenance() -> dict:
@@ -118,8 +113,9 @@ def merge(db_url: str, worker_db: Path, lab: str, student: str, course_id: str) 
 
 
 def _replace_tree(src: Path, dest: Path) -> None:
+    """``dest`` made anew with the plain files of ``src`` (a link is neither followed nor copied)."""
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(src, dest)
+    copy_plain(src, dest)
 
 
 def _copy_files(src: Path, names: list[str], dest: Path) -> None:
@@ -227,6 +223,18 @@ def add_flags_to_feedback(folder: Path, flags: list[dict]) -> None:
         page.write_text(text, encoding="utf-8")
 
 
+#: what a spreadsheet takes a cell starting with for a formula (OWASP's list)
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value):
+    """``value`` for a CSV an instructor opens in a spreadsheet: a text that would start a
+    formula (``=HYPERLINK(...)`` in a student's name or a flag) gets a leading quote."""
+    if isinstance(value, str) and value.startswith(_FORMULA):
+        return "'" + value
+    return value
+
+
 def write_csv(results: list[dict], path: Path) -> Path:
     """One row per student x lab: score, status, flags, and the test cells that did not pass."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -235,15 +243,18 @@ def write_csv(results: list[dict], path: Path) -> Path:
         w.writerow(["student_id", "lab", "status", "score", "max_score", "flags", "not_passed"])
         for r in sorted(results, key=lambda r: (r["student"], r["lab"])):
             w.writerow(
-                [
-                    r["student"],
-                    r["lab"],
-                    r["status"],
-                    "" if r["score"] is None else r["score"],
-                    "" if r["max_score"] is None else r["max_score"],
-                    " | ".join(flag_lines(r["flags"])),
-                    "; ".join(f"{c['grade_id']} {c['status']}" for c in r["cells"] if c["status"] != "passed"),
-                ]
+                map(
+                    spreadsheet_safe,
+                    [
+                        r["student"],
+                        r["lab"],
+                        r["status"],
+                        "" if r["score"] is None else r["score"],
+                        "" if r["max_score"] is None else r["max_score"],
+                        " | ".join(flag_lines(r["flags"])),
+                        "; ".join(f"{c['grade_id']} {c['status']}" for c in r["cells"] if c["status"] != "passed"),
+                    ],
+                )
             )
     return path
 

@@ -274,7 +274,8 @@ class Sandbox:
         """``argv`` wrapped for this sandbox (``unshare`` for the namespaces when isolated)."""
         if not self.isolated:
             return list(argv)
-        ns = ["--mount", "--propagation", "private"] + (["--net"] if self.network == "loopback" else [])
+        # its own mounts, System V IPC and POSIX message queues (gone with its last process), network
+        ns = ["--mount", "--propagation", "private", "--ipc"] + (["--net"] if self.network == "loopback" else [])
         return ["unshare", *ns, "--", *argv]
 
     def start(self, argv: list[str], *, log: Path, env: dict | None = None, cwd: Path | None = None, pass_fds=()):

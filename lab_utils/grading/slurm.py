@@ -51,7 +51,7 @@ from pathlib import Path
 
 from lab_utils import resources
 from lab_utils.grading import batch as local
-from lab_utils.grading import layout, nbapi, results
+from lab_utils.grading import layout, locks, nbapi, results
 from lab_utils.grading.settings import grading_settings
 
 __all__ = ["autograde", "element", "sbatch_command", "STATES_ENDED"]
@@ -78,8 +78,9 @@ POLL_S = 2.0
 CANCEL_S = 120
 REPO = layout.REPO_ROOT
 #: one timed run at a time on a node, whichever element it is of: the elements that share a
-#: node share its memory bandwidth and caches (and here, emulated nodes share the machine)
-NODE_TIMING_LOCK = Path("/run/lock/labgrade-timing.lock")
+#: node share its memory bandwidth and caches (and here, emulated nodes share the machine); in
+#: the grader's own lock folder (lab_utils.grading.locks), which no student or other user can hold
+NODE_TIMING_LOCK = "node-timing.lock"
 
 
 # -- the driver --------------------------------------------------------------------------
@@ -248,7 +249,7 @@ class _Driver:
                 "settings_file": str(settings_file) if settings_file else None,
                 "lab": lab,
                 "template": str(templates[lab]),
-                "solution_lines": str(lines_file),
+                "secret_lines": str(lines_file),
                 "entries": entries,
             }
             results.write_json(folder / "list.json", spec)
@@ -451,9 +452,9 @@ def element(lab_dir: Path | str, index: int, out=sys.stdout) -> int:
         out,
         True,
         1,
-        timing_lock=NODE_TIMING_LOCK if os.access(NODE_TIMING_LOCK.parent, os.W_OK) else None,
+        timing_lock=locks.lock_dir() / NODE_TIMING_LOCK,
     )
-    graded.templates, graded.lines_file = {lab: Path(spec["template"])}, Path(spec["solution_lines"])
+    graded.templates, graded.lines_file = {lab: Path(spec["template"])}, Path(spec["secret_lines"])
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # a scancel that came meanwhile lands here

@@ -10,25 +10,19 @@ traceback of every error in a cell with hidden tests by one line: where it was
 raised (visible part: the line number, the exception and its message; hidden
 part: only the exception's type).
 
-The reference scripts must be readable while grading (the hidden tests run them
-for the throughput comparison), so a submission could print one into its own
-feedback. :class:`HideReferenceQuotes` replaces any output that quotes ``min_lines``
-lines of their solution regions (30 characters or more) with a notice; the batch
-flags such a submission ("quoted reference"). A student whose code is the reference's,
-line for line, and who prints it is flagged too: the instructor reads the cell. An encoded copy is not caught: the
-feedback of a flagged or suspicious submission is for the instructor to read first.
+What a submission prints that quotes a hidden test or a solution (a reference script
+it could read, a captured test cell) is removed before anything is kept:
+:mod:`lab_utils.grading.quotes`.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
 from nbgrader import utils
 from nbgrader.preprocessors import ClearHiddenTests
-from traitlets import Bool, Int, Unicode
+from traitlets import Bool
 
 __all__ = [
     "HIDDEN_BEGIN",
@@ -36,11 +30,8 @@ __all__ = [
     "scrub_error",
     "HideHiddenTracebacks",
     "ClearTestCellHiddenTests",
-    "reference_quotes",
-    "HideReferenceQuotes",
-    "QUOTE_NOTICE",
+    "hide_hidden_tracebacks",
 ]
-QUOTE_NOTICE = "[output removed from the feedback: it quoted the instructor's reference script]\n"
 
 HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -85,62 +76,21 @@ class ClearTestCellHiddenTests(ClearHiddenTests):
         return cell, resources
 
 
+def hide_hidden_tracebacks(cell) -> None:
+    """Reduce the error tracebacks of ``cell`` when it holds hidden tests (see the module doc)."""
+    if cell.get("cell_type") == "code":
+        start = hidden_start(cell.get("source", ""))
+        if start is not None:
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "error":
+                    scrub_error(output, start)
+
+
 class HideHiddenTracebacks(Preprocessor):
     """Reduce the error tracebacks of cells that hold hidden tests (see the module doc)."""
 
     enabled = Bool(True, help="nbconvert skips a preprocessor that is not enabled").tag(config=True)
 
     def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type == "code":
-            start = hidden_start(cell.source)
-            if start is not None:
-                for output in cell.get("outputs", []):
-                    if output.get("output_type") == "error":
-                        scrub_error(output, start)
+        hide_hidden_tracebacks(cell)
         return cell, resources
-
-
-def _texts(output: dict) -> list[tuple[dict, str]]:
-    """(holder, key) of every text an output shows: a stream's text, a result's text/plain."""
-    if output.get("output_type") == "stream":
-        return [(output, "text")]
-    data = output.get("data") or {}
-    return [(data, key) for key in data if key.startswith("text/")]
-
-
-def _joined(value) -> str:
-    return "".join(value) if isinstance(value, list) else str(value)
-
-
-def reference_quotes(nb, lines: set[str], min_lines: int = 3) -> list[int]:
-    """Indices of the code cells of ``nb`` with an output quoting ``min_lines`` of ``lines``."""
-    found = []
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or not lines:
-            continue
-        for output in cell.get("outputs", []):
-            if any(
-                sum(line in lines for line in {x.strip() for x in _joined(h[k]).splitlines()}) >= min_lines
-                for h, k in _texts(output)
-            ):
-                found.append(index)
-                break
-    return found
-
-
-class HideReferenceQuotes(Preprocessor):
-    """Replace outputs that quote a reference script with :data:`QUOTE_NOTICE` (see the module doc)."""
-
-    enabled = Bool(True, help="nbconvert skips a preprocessor that is not enabled").tag(config=True)
-    lines_file = Unicode(
-        "", help="JSON list of the reference scripts' solution lines (lab_utils.grading.scripts.solution_lines)"
-    ).tag(config=True)
-    min_lines = Int(3, help="quoted distinctive lines that make an output a quote").tag(config=True)
-
-    def preprocess(self, nb, resources):
-        lines = set(json.loads(Path(self.lines_file).read_text())) if self.lines_file else set()
-        for index in reference_quotes(nb, lines, self.min_lines):
-            for output in nb.cells[index].get("outputs", []):
-                for holder, key in _texts(output):
-                    holder[key] = QUOTE_NOTICE
-        return nb, resources

@@ -3,11 +3,12 @@
 The batch (:mod:`lab_utils.grading.batch`) writes the spec and starts this in a
 :class:`~lab_utils.grading.sandbox.Sandbox`. The worker
 
-1. when isolated: brings up loopback, hides the instructor's course and the other
-   submissions behind empty mounts, and shows the kernel only what it needs (the
-   reference scripts, the dataset cache), read-only;
-2. copies the batch's generated course for the lab (its own gradebook) and adds the
-   one submission;
+1. copies the batch's generated course for the lab (its own gradebook) and adds the
+   one submission (plain files only: a link or a device in its folder is refused);
+2. when isolated: brings up loopback, makes the sandbox's disk, and writes the kernel's
+   view (:mod:`lab_utils.grading.view`): the kernel's launcher shows it only what it needs
+   (the Python environment, ``lab_utils`` without the autograder, the lab's reference
+   scripts and dataset files, read-only, and its disk), nothing else of the machine;
 3. notes every locked cell the submission changed or deleted (nbgrader restores them);
 4. autogrades with :class:`~lab_utils.grading.execute.SandboxExecute`, the kernel
    running as the sandbox's own uid, once the batch gives it its turn
@@ -21,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import time
@@ -30,99 +30,61 @@ from pathlib import Path
 import nbformat
 
 from lab_utils import config
-from lab_utils.grading import nbapi
-from lab_utils.grading.accounting import account, changed_cells, flags_in_outputs, restore_deleted
-from lab_utils.grading.layout import REPO_ROOT
+from lab_utils.grading import nbapi, quotes
+from lab_utils.grading.accounting import account, changed_cells, restore_deleted
+from lab_utils.grading.safefiles import copy_plain, refused_flags
 from lab_utils.grading.sandbox import run_checked
-from lab_utils.grading.tracebacks import reference_quotes
+from lab_utils.grading.tracebacks import hide_hidden_tracebacks
+from lab_utils.grading.view import view_spec, write_spec
 
 __all__ = ["main", "grade"]
 
 
-def _isolate(spec: dict, box: Path) -> dict:
-    """Mounts and network of an isolated sandbox; returns the kernel's extra environment.
-    Everything the submission may write (the notebook's folder, the kernel's home and its
-    /tmp) is on one tmpfs of ``disk_mb`` in this mount namespace: it goes with the sandbox."""
-    env = {}
+def _isolate(spec: dict, box: Path) -> Path:
+    """Network and disk of an isolated sandbox; returns the disk. Everything the submission may
+    write (the notebook's folder, the kernel's home, its /tmp and /var/tmp, /dev/shm and
+    /run/lock) is on one tmpfs of ``disk_mb`` in this mount namespace: it goes with the
+    sandbox, and nothing of it is shared with another sandbox or the machine."""
     if spec["network"] == "loopback":
         run_checked("ip", "link", "set", "lo", "up")
     disk = box / "disk"
     disk.mkdir()
     run_checked("mount", "-t", "tmpfs", "-o", f"size={int(spec['settings']['disk_mb'])}m,mode=0711", "tmpfs", str(disk))
-    for name, mode in (("home", 0o700), ("work", 0o700), ("tmp", 0o1777)):
+    for name, mode, owner in (("home", 0o700, spec["uid"]), ("work", 0o700, spec["uid"]), ("tmp", 0o1777, 0),
+                              ("shm", 0o1777, 0), ("lock", 0o1777, 0)):  # fmt: skip
         (disk / name).mkdir()
-        os.chown(disk / name, spec["uid"], spec["uid"])
+        os.chown(disk / name, owner, owner)
         (disk / name).chmod(mode)
-    shown = box / "shown"
-    for name, src in (("reference", spec.get("reference_dir")), ("keras", spec.get("keras_home"))):
-        if src and Path(src).is_dir():
-            (shown / name).mkdir(parents=True, exist_ok=True)
-            run_checked("mount", "--bind", src, str(shown / name))
-            run_checked("mount", "-o", "remount,bind,ro", str(shown / name))
-    _expose([Path(sys.base_prefix), Path(sys.prefix), REPO_ROOT], box / "views")
-    for path in spec.get("hide", []):
-        if Path(path).is_dir():
-            run_checked("mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", path)
-    shown.chmod(0o755)
-    if (shown / "keras").is_dir():
-        env["KERAS_HOME"] = str(shown / "keras")
-    if (shown / "reference").is_dir():
-        env[config.GRADING_REFERENCE_DIR] = str(shown / "reference")
-    return env
+    return disk
 
 
-def _expose(needed: list[Path], views: Path) -> None:
-    """Make the interpreter and lab_utils reachable by the unprivileged kernel when they
-    sit under a private folder (pyenv in /root): in this mount namespace only, that
-    folder is replaced by a traversable view holding just the needed entries."""
-    blocked: dict[Path, set[str]] = {}
-    for path in needed:
-        path = path.resolve()
-        for parent in [*reversed(path.parents), path]:
-            if parent != path and not parent.stat().st_mode & stat.S_IXOTH:
-                child = path.relative_to(parent).parts[0]
-                blocked.setdefault(parent, set()).add(child)
-                break
-    for n, (parent, children) in enumerate(sorted(blocked.items())):
-        view = views / str(n)
-        view.mkdir(parents=True)
-        for child in sorted(children):
-            (view / child).mkdir()
-            run_checked("mount", "--bind", str(parent / child), str(view / child))
-        view.chmod(0o711)
-        views.chmod(0o711)
-        run_checked("mount", "--rbind", str(view), str(parent))
-
-
-def _kernelspec(box: Path, uid: int, disk: Path | None, keep: list[str]) -> Path:
+def _kernelspec(box: Path, view: Path) -> Path:
+    """The sandbox's kernel: its launcher (:mod:`lab_utils.grading.kernel`), which runs the
+    kernel as the sandbox's uid in its ``view``."""
     spec_dir = box / "jupyter" / "kernels" / "lab-sandbox"
     spec_dir.mkdir(parents=True)
-    home = disk / "home" if disk else box / "home"
-    argv = [sys.executable, "-m", "lab_utils.grading.kernel", "--uid", str(uid), "--home", str(home)]
-    if disk:  # its /tmp and /var/tmp: the disk's tmp, in a mount namespace of the kernel's own
-        argv += ["--tmp", str(disk / "tmp")]
-        for path in [str(box), *keep]:
-            argv += ["--keep", path]
+    argv = [sys.executable, "-m", "lab_utils.grading.kernel", "--view", str(view)]
     (spec_dir / "kernel.json").write_text(
         json.dumps({"argv": [*argv, "-f", "{connection_file}"], "display_name": "sandbox", "language": "python"})
     )
     return box / "jupyter"
 
 
-def _course(spec: dict, box: Path) -> Path:
-    """A private copy of the batch's generated course for this lab, plus the submission."""
+def _course(spec: dict, box: Path) -> tuple[Path, list[dict]]:
+    """A private copy of the batch's generated course for this lab, plus the submission's plain
+    files (a link or a special file in its folder is neither followed nor copied: flagged)."""
     root = box / "course"
     shutil.copytree(spec["template"], root)
     root.chmod(0o711)
     dest = root / "submitted" / spec["student"] / spec["lab"]
-    shutil.copytree(spec["submission"], dest)
+    refused = copy_plain(spec["submission"], dest)
     for d in (root / "source", root / "submitted"):
         d.chmod(0o700)
     (root / "gradebook.db").chmod(0o600)  # it holds the hidden tests' source; the kernel's uid must not read it
-    return root
+    return root, refused_flags(refused)
 
 
-def _config(spec: dict, box: Path, record: Path, lines_file: Path):
+def _config(spec: dict, box: Path, record: Path):
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import (
         AssignLatePenalties,
@@ -157,15 +119,26 @@ def _config(spec: dict, box: Path, record: Path, lines_file: Path):
     c.SandboxExecute.record_file = str(record)
     c.SandboxExecute.keep_files = list(spec.get("keep", []))
     c.SandboxExecute.file_mb = float(s["file_mb"])
+    c.SandboxExecute.timing_json = json.dumps(s["timing"])
+    c.SandboxExecute.timing_lock = str(spec.get("timing_lock") or "")
+    c.SandboxExecute.trusted = _trusted()
     if spec.get("isolated"):
         c.SandboxExecute.disk_dir = str(box / "disk")
         c.SandboxExecute.disk_mb = float(s["disk_mb"])
+        c.SandboxExecute.kernel_uid = int(spec["uid"])
     for name in ("go_fd", "note_fd"):  # the batch's gate: the kernel starts on its go
         setattr(c.SandboxExecute, name, int(spec.get("gate", {}).get(name, -1)))
     if spec.get("uid"):
         c.SandboxExecute.kernel_name = "lab-sandbox"
-    c.HideReferenceQuotes.lines_file = str(lines_file)
     return c
+
+
+def _trusted() -> list[str]:
+    """The folders whose code a kernel runs as its own (Python's, the environment's, lab_utils'):
+    a function of lab_utils or of IPython whose code comes from elsewhere was replaced."""
+    import lab_utils
+
+    return sorted({os.path.join(p, "") for p in (sys.base_prefix, sys.prefix, os.path.dirname(lab_utils.__file__))})
 
 
 def grade(spec: dict) -> dict:
@@ -185,14 +158,12 @@ def grade(spec: dict) -> dict:
     # killed worker never removes) in its box, which the batch removes whatever happened
     tempfile.tempdir = str(box)
     student, lab = spec["student"], spec["lab"]
-    root = _course(spec, box)  # before _isolate hides the instructor's course and the submissions
-    lines_file = box / "solution-lines.json"  # the reference scripts' solutions, kept from the kernel (0600)
-    shutil.copy2(spec["solution_lines"], lines_file)
-    lines_file.chmod(0o600)
-    os.environ.update(_kernel_env(spec, box))
+    root, refused = _course(spec, box)
+    secret = json.loads(Path(spec["secret_lines"]).read_text())  # what nothing kept may quote (root only)
+    os.environ.update(_kernel_env(spec, box, root / "autograded" / student / lab))
     record = box / "execution.json"
     t = lap("prepare", t0)
-    api = nbapi.course_api(root, extra=_config(spec, box, record, lines_file))
+    api = nbapi.course_api(root, extra=_config(spec, box, record))
     submitted = root / "submitted" / student / lab / f"{lab}.ipynb"
     released = root / "release" / lab / f"{lab}.ipynb"
     restored = _readable(submitted, released) + changed_cells(submitted, released)
@@ -206,15 +177,16 @@ def grade(spec: dict) -> dict:
     graded = root / "autograded" / student / lab / f"{lab}.ipynb"
     executed = json.loads(record.read_text()) if record.is_file() else {"cells": []}
     cells, score, max_score = account(root, lab, student, graded, executed)
-    flags = restored + flags_in_outputs(graded)
-    solution = set(json.loads(lines_file.read_text()))
-    quoted = reference_quotes(nbformat.read(graded, as_version=4), solution)
-    if quoted:
-        where = ", ".join(f"cell {i}" for i in quoted)
-        flags.append({"kind": "quoted reference", "detail": f"{where} printed the reference script (not in feedback)"})
+    flags = refused + restored + executed.get("flags", [])
     flags += _execution_flags(executed, record, spec["settings"]["file_mb"])
+    flags += _scrub(graded, secret, _own_lines(submitted))
+    if spec.get("isolated"):
+        flags += _shared_left(box / "disk")
     t = lap("account", t)
     nbapi.check(api.generate_feedback(lab, student, force=True), f"generate_feedback {student}/{lab}")
+    nb = nbformat.read(graded, as_version=4)
+    quotes.strip_hidden_tests(nb)  # the copy kept shows the tests as the release does
+    nbformat.write(nb, graded)
     lap("feedback", t)
     result = {
         "status": "graded",
@@ -234,25 +206,73 @@ def grade(spec: dict) -> dict:
     return result
 
 
-def _kernel_env(spec: dict, box: Path) -> dict[str, str]:
-    """The variables the grading kernel gets: the sandbox's (when isolated), the reference
-    scripts, the timing settings and lock, and its own kernelspec when it runs as ``uid``."""
-    kernel_env = _isolate(spec, box) if spec.get("isolated") else {}
-    if spec.get("reference_dir") and config.GRADING_REFERENCE_DIR not in kernel_env:
-        kernel_env[config.GRADING_REFERENCE_DIR] = spec["reference_dir"]
-    kernel_env[config.GRADING_TIMING] = json.dumps(spec["settings"]["timing"])
+#: what Open MPI's shared-memory transport leaves in /dev/shm when one of its jobs is killed
+_MPI_SEGMENTS = ("vader_segment.", "sm_segment.", "psm_shm.", "ompi.")
+
+
+def _shared_left(disk: Path, sysvipc: Path = Path("/proc/sysvipc")) -> list[dict]:
+    """What the notebook left in its sandbox's /dev/shm, /run/lock and System V IPC (private to the
+    sandbox: gone with it; flagged, since it is how two notebooks graded at once would talk)."""
+    left = [f"/dev/shm/{p.name}" for p in sorted((disk / "shm").iterdir()) if not p.name.startswith(_MPI_SEGMENTS)]
+    left += [f"/run/lock/{p.name}" for p in sorted((disk / "lock").iterdir())]
+    for table, what in (("shm", "shared memory segment"), ("sem", "semaphore set"), ("msg", "message queue")):
+        try:
+            rows = (sysvipc / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        left += [f"System V {what} {row.split()[1]}" for row in rows if len(row.split()) > 1]
+    if not left:
+        return []
+    shown = ", ".join(left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
+    return [{"kind": "shared memory left", "detail": f"{shown} (removed with the sandbox)"}]
+
+
+def _own_lines(submitted: Path) -> set[str]:
+    """The stripped lines of the submission's own cells: its code, which it may print."""
+    try:
+        nb = nbformat.read(submitted, as_version=4)
+    except (OSError, ValueError):
+        return set()
+    return {line.strip() for c in nb.cells for line in c.get("source", "").splitlines()}
+
+
+def _scrub(graded: Path, secret: dict[str, str], own: set[str]) -> list[dict]:
+    """The graded notebook with no hidden-test line in its tracebacks and no output that quotes a
+    hidden test, a solution or a secret of the grader's (:mod:`lab_utils.grading.quotes`); the flags."""
+    nb = nbformat.read(graded, as_version=4)
+    for cell in nb.cells:
+        hide_hidden_tracebacks(cell)
+    flags = quotes.scrub(nb, secret, quotes.secret_values(), own)
+    nbformat.write(nb, graded)
+    return flags
+
+
+def _kernel_env(spec: dict, box: Path, cwd: Path) -> dict[str, str]:
+    """What this worker adds to its environment for the kernel: the variables the kernel gets,
+    and, when isolated, the sandbox's kernelspec (``JUPYTER_PATH``), whose launcher shows the
+    kernel only its view (:mod:`lab_utils.grading.view`) with the notebook's folder ``cwd``."""
     # No dataset cache in the sandbox: its home is on the disk_mb tmpfs, whose room is the
     # submission's, and an entry written there would be memory the grading pays for once more.
-    kernel_env["LABS_CACHE_DIR"] = "off"
-    if spec.get("timing_lock"):
-        kernel_env[config.GRADING_TIMING_LOCK] = spec["timing_lock"]
-    if spec.get("uid"):
-        disk = box / "disk" if spec.get("isolated") else None
-        if disk is None:
-            (box / "home").mkdir(mode=0o700, exist_ok=True)
-        keep = [spec["timing_lock"]] if spec.get("timing_lock") else []  # every sandbox's, in the batch's folder
-        kernel_env["JUPYTER_PATH"] = str(_kernelspec(box, spec["uid"], disk, keep))
-    return kernel_env
+    # The throughput tests' timing is the grader's (over the kernel's stdin).
+    kernel = {"LABS_CACHE_DIR": "off", config.GRADING_DRIVEN: "1"}
+    if not spec.get("isolated"):  # the kernel runs as this user, and sees what it sees
+        if spec.get("reference_dir"):
+            kernel[config.GRADING_REFERENCE_DIR] = spec["reference_dir"]
+        return kernel
+    disk = _isolate(spec, box)
+    keras = spec.get("keras_home")
+    view = view_spec(
+        box,
+        uid=spec["uid"],
+        disk=disk,
+        cwd=cwd,
+        package=Path(spec["kernel_package"]),
+        references=[(lab, Path(path)) for lab, path in spec.get("references", [])],
+        keras_home=Path(keras) if keras else None,
+        env=kernel,
+    )
+    path = write_spec(view, box / "view.json")
+    return {**kernel, "JUPYTER_PATH": str(_kernelspec(box, path))}
 
 
 def _execution_flags(executed: dict, record: Path, file_mb: float) -> list[dict]:
