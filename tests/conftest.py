@@ -96,8 +96,9 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.fixture(scope="session")
 def crafted_class(tmp_path_factory):
     """Lab 1's crafted class (:data:`support.crafted.CLASS`) graded by the local batch, once a
-    session: ``(root, submissions, results by student, the disk filler's files before,
-    a copy of the submissions as handed in, the results as first graded)``. Its tests
+    session, with secrets in the grader's environment (:data:`support.crafted.SECRETS`):
+    ``(root, submissions, results by student, the disk filler's files before, a copy of the
+    submissions as handed in, the results as first graded, the attacks' decoy file)``. Its tests
     (tests/notebooks/test_grading_crafted.py) may change the submissions; the copies are
     what the Slurm test grades again (those a node could grade otherwise) and compares with
     (tests/process/test_slurm.py)."""
@@ -107,15 +108,21 @@ def crafted_class(tmp_path_factory):
 
     from lab_utils.grading import batch
 
-    root, subs = crafted.course(
-        tmp_path_factory.mktemp("crafted"), [crafted.CLASS_LAB], crafted.settings_yaml(crafted.CLASS_SETTINGS)
-    )
-    crafted.write_class(subs, root)
+    tmp = tmp_path_factory.mktemp("crafted")
+    root, subs = crafted.course(tmp, [crafted.CLASS_LAB], crafted.settings_yaml(crafted.CLASS_SETTINGS))
+    decoy = crafted.decoy(tmp)
+    crafted.write_class(subs, root, decoy)
     before = crafted.fillers(root)
-    results = {r["student"]: r for r in batch.autograde(subs, [crafted.CLASS_LAB], root, jobs=2)}
+    saved = {k: os.environ.get(k) for k in crafted.SECRETS}
+    os.environ.update(crafted.SECRETS)
+    try:
+        results = {r["student"]: r for r in batch.autograde(subs, [crafted.CLASS_LAB], root, jobs=2)}
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     handed_in = tmp_path_factory.mktemp("crafted-handed-in") / "submissions"
-    shutil.copytree(subs, handed_in)
-    return root, subs, results, before, handed_in, copy.deepcopy(results)
+    shutil.copytree(subs, handed_in, symlinks=True)
+    return root, subs, results, before, handed_in, copy.deepcopy(results), decoy
 
 
 def _gpu_count() -> int:
@@ -240,3 +247,61 @@ def nothing_left_in_tmp(request):
         else:
             path.unlink(missing_ok=True)
     pytest.fail(f"{request.module.__name__} left these in {tempfile.gettempdir()}: {sorted(left)}")
+
+
+#: the machine-wide places a process can leave something that outlives it: what no test may leave
+SHARED_DIRS = (Path("/dev/shm"), Path("/run/lock"), Path("/var/lock"))
+
+
+def _shared_entries() -> set[str]:
+    """What /dev/shm, /run/lock and /var/lock hold, and the System V shared memory segments,
+    semaphore sets and message queues of this IPC namespace (``sysv <table> <id>``)."""
+    found = set()
+    for folder in SHARED_DIRS:
+        try:
+            found.update(str(folder / name) for name in os.listdir(folder))
+        except OSError:
+            continue
+    for table in ("shm", "sem", "msg"):
+        try:
+            rows = Path(f"/proc/sysvipc/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found.update(f"sysv {table} {row.split()[1]}" for row in rows if len(row.split()) > 1)
+    return found
+
+
+def _remove_shared(entry: str) -> None:
+    if entry.startswith("sysv "):
+        import ctypes
+
+        _, table, ident = entry.split()
+        libc = ctypes.CDLL(None, use_errno=True)
+        if table == "sem":  # IPC_RMID is 0: semctl(id, 0, IPC_RMID), shmctl/msgctl(id, IPC_RMID, NULL)
+            libc.semctl(int(ident), 0, 0)
+        else:
+            getattr(libc, f"{table}ctl")(int(ident), 0, None)
+        return
+    path = Path(entry)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_left_in_shared_memory(request):
+    """A module's tests leave nothing in /dev/shm, /run/lock or /var/lock, and no System V shared
+    memory, semaphore set or message queue (a killed MPI job's segments, a sandbox's files): what
+    is there outlives every process, and is seen by every user of the machine. A leak fails the
+    module's last test, naming what was left, which is then removed."""
+    before = _shared_entries()
+    yield
+    deadline = time.monotonic() + 10
+    while (left := _shared_entries() - before) and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling under a deadline: a process ending may still be removing its own
+    if not left:
+        return
+    for entry in left:
+        _remove_shared(entry)
+    pytest.fail(f"{request.module.__name__} left these outside its processes: {sorted(left)}")

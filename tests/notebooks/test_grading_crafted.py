@@ -25,8 +25,8 @@ from support import crafted
 from lab_utils import grading
 from lab_utils.config import SANDBOX
 from lab_utils.grading import batch, scripts
+from lab_utils.grading.quotes import course_secrets
 from lab_utils.grading.sandbox import leftover_cgroups
-from lab_utils.grading.tracebacks import QUOTE_NOTICE
 
 # The first test pays for the module's `graded` fixture: one lab's class graded (211 s on a day
 # when an `import tensorflow` took 6.2 CPU seconds). 900 s is a hang guard over 4x that.
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.timeout(900)
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = crafted.CLASS_LAB
-QUIET, LIMITS = crafted.QUIET, crafted.LIMITS
+MIXED, LIMITS = crafted.MIXED, crafted.LIMITS
 STUDENTS = crafted.CLASS
 #: the student who handed in each kind
 WHO = {kind: student for student, kinds in STUDENTS.items() for kind in kinds.split("+")}
@@ -49,11 +49,34 @@ EXPECTED = {
     "limits": ([], ("process limit", "leaked process killed", "disk limit")),
     # a test cell emptied, another deleted, a helper and a TF server left running, a look at
     # what grading keeps from it, nbgrader's markers typed and a 50 MB flood: nothing lost
-    "quiet": ([], ("tampered cell", "deleted cell", "leaked process killed", "quoted reference", "huge output cut")),
+    # (it prints the reference scripts the sandbox shows: Lab 1's tests run none, so it is shown none)
+    "mixed": ([], ("tampered cell", "deleted cell", "leaked process killed", "huge output cut")),
     "broken": ("all", "unreadable notebook"),  # graded as the blank release, with the reason
     "reordered": ([], None),  # graded as handed in: a test cell still runs after what it tests
     "forged": (["test_throughput"], "forged throughput"),
+    # written against the grader (issue 48, tests/support/hostile.py): the release, every failure
+    # hidden and every float shown as full marks; the release, its answers equal to everything
+    "quiet": ("all", "tampered with grading"),
+    "eqall": ("all", "not a plain value"),
+    # a job ten times too slow, under a clock that makes every job as fast: no throughput credit
+    "clock": (["test_throughput"], "tampered with grading"),
+    # a correct submission that reads every .git it finds, keeps the tests' source, makes the
+    # connection file a link and kills its kernel, leaves shared memory, holds the grader's locks,
+    # prints the grader's flags and a formula, and hands in a link to a root-only file
+    "attacks": (
+        [],
+        (
+            "kernel died",
+            "quoted hidden tests",
+            "shared memory left",
+            "leaked process killed",
+            "forged flag",
+            "symlink refused",
+        ),
+    ),  # fmt: skip
 }
+#: flags only an isolated sandbox (root) raises: its limits, its private disk and IPC
+ISOLATED_ONLY = {"disk limit", "process limit", "shared memory left"}
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +126,8 @@ def test_every_crafted_submission_gets_its_score_and_flag(graded):
         kinds = {f["kind"] for f in r["flags"]} - crafted.NOISE_FLAGS
         expected = set(flag) if isinstance(flag, tuple) else {flag} - {None}
         if not _isolated(r):  # no disk or process limit without root (the filler wrote its 900 MB)
-            expected -= {"disk limit", "process limit"}
+            expected -= ISOLATED_ONLY
+            kinds -= {"quoted hidden tests", "quoted solution", "quoted reference"}  # it runs as the grader
         assert kinds == expected, (kind, r["flags"])
         statuses = {c["grade_id"]: c["status"] for c in r["cells"]}
         assert set(statuses) == set(points)  # every test cell accounted for
@@ -152,13 +176,66 @@ def test_student_code_reads_no_test_no_gradebook_no_other_submission(graded):
         pytest.skip("not root: the process-group sandbox runs the kernel as the grader's own user")
     printed = [line for line in _outputs(root, snoop).splitlines() if line.startswith("SNOOPED:")]
     assert printed == ["SNOOPED: []"], printed
-    # it could print the reference scripts (the throughput tests run them): its feedback does not show them
+    # it printed the reference scripts the sandbox shows: none (Lab 1's tests run none), so nothing kept shows one
     own = (subs / snoop / LAB / f"{LAB}.ipynb").read_text()  # its own solutions are in its feedback, rightly
     solution = [line for line in scripts.solution_lines(root) if json.dumps(line)[1:-1] not in own]
-    assert sum(line in _outputs(root, snoop) for line in solution) >= 3  # the autograded copy keeps the evidence
+    assert solution and not [line for line in solution if line in _outputs(root, snoop)]
     feedback = html.unescape(next((root / "feedback" / snoop / LAB).glob("*.html")).read_text())
     assert not [line for line in solution if line in feedback]
-    assert QUOTE_NOTICE.strip() in feedback
+
+
+def _kept_text(root: Path, student: str) -> str:
+    """Everything the course keeps of ``student``'s grading that a person may read: the autograded
+    notebook and its files, the feedback, the result."""
+    texts = []
+    for folder in (root / "autograded" / student, root / "feedback" / student, root / "results" / student):
+        texts += [html.unescape(f.read_text(errors="replace")) for f in sorted(folder.rglob("*")) if f.is_file()]
+    return "\n".join(texts)
+
+
+def test_nothing_kept_quotes_a_hidden_test_a_solution_git_or_a_secret(graded, crafted_class):
+    """After the whole class (the attacks printed every hidden test they caught, every .git they
+    found and the kernel's environment), no file kept of any student shows a hidden-test line, a
+    solution line of any lab (but the student's own), a line of a .git, or a secret of the grader's."""
+    root, subs, results, _ = graded
+    secret = course_secrets(root)
+    for student in results:
+        kept = _kept_text(root, student)
+        handed = subs / student / LAB / f"{LAB}.ipynb"
+        own = {x.strip() for x in handed.read_text(errors="replace").splitlines()} if handed.is_file() else set()
+        own_text = handed.read_text(errors="replace") if handed.is_file() else ""
+        quoted = [
+            line
+            for line, kind in secret.items()
+            if line in kept and line not in own and json.dumps(line)[1:-1] not in own_text
+        ]
+        assert quoted == [], (student, quoted[:5])
+        for value in crafted.SECRETS.values():
+            assert value not in kept, student
+        for name in crafted.SECRETS:
+            assert name not in kept, student
+        assert "ref: refs/heads/" not in kept and "[core]" not in kept, student  # what a .git holds
+    assert "GIT: found 0 checkouts: []" in _outputs(root, WHO["git"]) or not _isolated(results[WHO["git"]])
+
+
+def test_the_restart_attack_leaves_the_root_owned_decoy_as_it_was(crafted_class):
+    """The connection file made a link to a root-only file, then the kernel killed: root restarts
+    it without writing through the link; the link in the submission's folder is not followed."""
+    root, _, results, _, _, _, decoy = crafted_class
+    assert decoy.read_text() == crafted.DECOY_TEXT and decoy.stat().st_mode & 0o7777 == 0o640
+    assert "kernel died" in {f["kind"] for f in results[WHO["restart"]]["flags"]}
+    for folder in ("submitted", "autograded", "feedback"):
+        for f in (root / folder / WHO["symlink"]).rglob("*"):
+            assert not f.is_symlink() and (not f.is_file() or crafted.DECOY_TEXT not in f.read_text(errors="replace"))
+
+
+def test_forged_flags_do_not_count_and_no_csv_cell_is_a_formula(graded):
+    root, _, results, _ = graded
+    kinds = {f["kind"] for f in results[WHO["flag"]]["flags"]}
+    assert "forged flag" in kinds and not any(k.startswith("=") or "HYPERLINK" in k for k in kinds), kinds
+    for path in (root / "results" / "grades.csv", grading.export_grades(None, root)):
+        for row in csv.reader(path.open()):
+            assert not any(cell.startswith(("=", "+", "-", "@")) for cell in row), row
 
 
 def test_two_gradings_of_one_correct_submission_give_the_same_throughput_band(graded):

@@ -113,7 +113,7 @@ ON_NODES = (
     "exits",  # the kernel restarted in the node's sandbox
     "memory",  # the node's memory limit, inside the element's own --mem
     "limits",  # the node's process and disk limits, and its leftover processes killed
-    "quiet",  # the shared template restores its test cells; what it can read and leave running there
+    "mixed",  # the shared template restores its test cells; what it can read and leave running there
     "broken",  # the blank release from the shared template, graded in its place
     "forged",  # the reference timed beside it on the node
 )
@@ -159,7 +159,7 @@ def sandbox_cgroups() -> list[Path]:
 def test_the_crafted_classes_grade_as_job_arrays_with_the_local_batchs_scores_and_flags(
     crafted_class, cluster, tmp_path
 ):
-    _, _, _, _, handed_in, graded_here = crafted_class
+    _, _, _, _, handed_in, graded_here, _ = crafted_class
     assert set(ON_NODES) <= set(graded_here), sorted(graded_here)
     local = {student: graded_here[student] for student in ON_NODES}
     settings = crafted.settings_yaml({"interrupt_grace": 10}, {LAB1: crafted.CLASS_SETTINGS})

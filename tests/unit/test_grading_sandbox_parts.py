@@ -56,7 +56,7 @@ def test_bad_settings_are_refused_with_the_file_named(tmp_path, text, match):
 def clock(monkeypatch):
     c = FakeClock()
     monkeypatch.setattr(throughput, "_clock", c)
-    monkeypatch.delenv(config.GRADING_TIMING_LOCK, raising=False)
+    monkeypatch.delenv(config.GRADING_DRIVEN, raising=False)
     monkeypatch.setenv(config.GRADING_TIMING, json.dumps({"rounds": 2, "max_rounds": 4, "noise": 0.1}))
     return c
 
@@ -150,11 +150,6 @@ def test_combined_kinds_spoil_each_its_own_cells(tmp_path):
     for bad in ("blank+leaks", "leaks+vandal", "leaks+nonsense"):
         with pytest.raises(ValueError, match="combine"):
             crafted.craft(bad, LAB)
-
-
-def test_flag_lines_round_trip():
-    line = accounting.flag_line("inconclusive timing", "ratio 0.5")
-    assert line.startswith(accounting.FLAG_PREFIX) and line.endswith("inconclusive timing: ratio 0.5")
 
 
 def test_own_cgroup_is_read_per_controller(tmp_path):

@@ -66,7 +66,7 @@ def test_slot_claims_are_exclusive_on_a_machine_and_freed_with_their_holder(tmp_
     assert third.slots == [0, 1, 2, 5]
     second.release()
     third.release()
-    assert sorted(p.name for p in Path(tmp_path).iterdir())[:1] == ["labgrade-slot-0.lock"]
+    assert sorted(p.name for p in Path(tmp_path).iterdir())[:1] == ["slot-0.lock"]
 
 
 def test_a_result_without_a_score_keeps_the_logs_last_lines(tmp_path):

@@ -102,26 +102,6 @@ def test_solution_lines_are_the_writefile_solutions_only(tmp_path):
     assert solution_lines(tmp_path) == ["loss = tf.reduce_mean(cross_entropy(labels, logits))"]
 
 
-def test_an_output_quoting_the_reference_is_cut_from_feedback(tmp_path):
-    from lab_utils.grading.tracebacks import QUOTE_NOTICE, HideReferenceQuotes, reference_quotes
-
-    lines = [f"line_{i} = some_long_function_name(argument_{i})" for i in range(4)]
-    quoting = new_code_cell("print(open(ref).read())")
-    quoting.outputs = [new_output("stream", name="stdout", text="\n".join(["# header", *lines]) + "\n")]
-    once = new_code_cell("print(x)")  # one line of it, e.g. the student's own equal line: not a quote
-    once.outputs = [new_output("execute_result", data={"text/plain": lines[0]}, execution_count=1)]
-    nb = new_notebook(cells=[once, quoting])
-    assert reference_quotes(nb, set(lines)) == [1]
-    (tmp_path / "lines.json").write_text(json.dumps(lines))
-    nb, _ = HideReferenceQuotes(lines_file=str(tmp_path / "lines.json")).preprocess(nb, {})
-    assert nb.cells[1].outputs[0]["text"] == QUOTE_NOTICE
-    assert nb.cells[0].outputs[0]["data"]["text/plain"] == lines[0]
-    fresh = new_code_cell("print(open(ref).read())")
-    fresh.outputs = [new_output("stream", name="stdout", text="\n".join(lines))]
-    untouched, _ = HideReferenceQuotes().preprocess(new_notebook(cells=[fresh]), {})  # no lines file: no-op
-    assert untouched.cells[0].outputs[0]["text"] == "\n".join(lines)
-
-
 def test_hidden_tests_are_cleared_from_test_cells_and_a_student_s_markers_are_left_alone():
     """nbgrader's ClearHiddenTests raised on a student's unbalanced marker (the submission
     could never be graded); only the autograder's test cells hold hidden tests."""
