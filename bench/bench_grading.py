@@ -1,6 +1,7 @@
 """Autograde N correct submissions of a lab three ways in one run; JSON out.
 
     python bench/bench_grading.py [--labs 01,02] [--n 10] [--modes plain,parallel] [--out bench-grading.json]
+    python bench/bench_grading.py --labs 01,02,03,04,05,06 --n 2 --against ../other-checkout --out against.json
 
 - ``plain``: one notebook at a time, each sandbox from its start to its end before the
   next one starts (no pipeline: what grading cost before the gate);
@@ -11,6 +12,11 @@
   one at a time;
 - ``oversubscribed`` (labs that take more than one core): two such notebooks at once on
   every core anyway (``--jobs`` twice the cores): what the settings spare them.
+
+``--against PATH``: this checkout and the one at PATH (another version, e.g. the last one
+released) each grade the same number of correct submissions of every lab, one sandbox at a
+time (``plain``), alternately (ABBA, ``--repeats`` pairs), in this one run: the JSON gives each
+one's seconds per submission and their ratio (this over that).
 
 Reports per lab: wall time of each batch, the speedups, and the share of each batch's
 wall time (times its execution turns) not spent executing notebooks: the grading
@@ -26,10 +32,13 @@ import argparse
 import contextlib
 import io
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import fmean
 
 import psutil
 
@@ -108,7 +117,12 @@ def main(argv=None) -> None:
         "plain,parallel for a capacity plan: plain is what one Slurm element does)",
     )
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--against", help="another checkout: grade with both, alternately, and compare (see above)")
+    parser.add_argument("--repeats", type=int, default=1, help="with --against: ABBA pairs per lab (default 1)")
     args = parser.parse_args(argv)
+    if args.against:
+        emit(against(Path(args.against), args.labs, args.n, args.repeats), args.out)
+        return
     modes = [m for m in args.modes.split(",") if m]
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
@@ -138,6 +152,42 @@ def main(argv=None) -> None:
         out["labs"][lab] = one
         print(f"{lab}: {one}", file=sys.stderr, flush=True)
     emit(out, args.out)
+
+
+def _plain_per_submission(checkout: Path, lab: str, n: int) -> float:
+    """Seconds per submission of ``checkout``'s grading of ``n`` correct ``lab`` submissions, one
+    sandbox at a time: its own bench, in a process of its own, importing its own lab_utils."""
+    cmd = [
+        sys.executable,
+        str(checkout / "bench" / "bench_grading.py"),
+        "--labs",
+        lab,
+        "--n",
+        str(n),
+        "--modes",
+        "plain",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    proc = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{checkout}: bench_grading.py failed: {proc.stderr[-2000:]}")
+    one = json.loads(proc.stdout)["labs"][lab]
+    if one["plain"]["graded"] != n:
+        raise RuntimeError(f"{checkout}: {lab}: {one['plain']['infrastructure_errors']}")
+    return one["per_submission_s"]["plain"]
+
+
+def against(other: Path, labs: str, n: int, repeats: int) -> dict:
+    """This checkout's and ``other``'s seconds per submission, lab by lab, alternating ABBA."""
+    out = {"n": n, "repeats": repeats, "this": str(REPO), "against": str(other.resolve()), "labs": {}}
+    for lab in layout.select_labs(labs.split(",")):
+        this, that = [], []
+        for _ in range(repeats):
+            for who in (REPO, other, other, REPO):
+                (this if who == REPO else that).append(_plain_per_submission(who, lab, n))
+        out["labs"][lab] = {"this_s": this, "against_s": that, "ratio": round(fmean(this) / fmean(that), 3)}
+        print(f"{lab}: {out['labs'][lab]}", file=sys.stderr, flush=True)
+    return out
 
 
 def emit(out: dict, path: str | None) -> None:
