@@ -421,7 +421,12 @@ class SandboxExecute(Execute):
             return
         fd = locks.open_lock(self.timing_lock)
         deadline = max(30.0, 0.5 * self._cell_timeout)
-        if await asyncio.to_thread(locks.acquire, fd, deadline):
+        try:
+            got = await asyncio.to_thread(locks.acquire, fd, deadline)
+        except asyncio.CancelledError:  # the cell ended (timed out) while it waited: the lock is not kept
+            os.close(fd)
+            raise
+        if got:
             self._lock_fd = fd
             return
         os.close(fd)

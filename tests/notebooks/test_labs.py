@@ -299,6 +299,14 @@ def course(both_runs):
     return graded
 
 
+#: what the 'solution' of Labs 2-6 also carries (issue 48, tests/support/hostile.py): a clock that
+#: makes every job as fast, and cells that keep every test's source and print it; each flagged,
+#: neither worth a point (Lab 1's crafted class meets them, and every other attack, on its own)
+ATTACKED = ["clock", "history"]
+#: the flags those attacks raise
+ATTACK_FLAGS = {"tampered with grading", "quoted hidden tests"}
+
+
 def _course(labs: list[str], tmp_path_factory):
     """A temporary course of ``labs``: release, then autograde each lab's release with the instructor's
     solutions filled in (as 'solution') and the bare release, vandalised (as 'blank'): its
@@ -312,16 +320,21 @@ def _course(labs: list[str], tmp_path_factory):
     script the top band) and that a forged figure earns nothing: the suite used to grade
     these labs twice over for the two. Lab 2's script also learns with a thousandth of its
     learning rate (crafted 'weak'): its runs end below the target accuracy, and the visible
-    run test fails them as the hidden one does."""
+    run test fails them as the hidden one does. Labs 2-6's solution also carries
+    :data:`ATTACKED`, and each of those labs has a 'forger' too: its release (no experiment
+    run) with every failure hidden and every answer an object equal to everything."""
     tmp = tmp_path_factory.mktemp(f"course-{'+'.join(labs)}")
     # one timed pair (a second only near a band edge): the reference against itself is far from
     # every edge, and the forged figure is caught on the first pair; the defaults' second pair
     # cost the suite a cluster run per lab
     root, subs = crafted.course(tmp, labs, "defaults:\n  timing: {rounds: 1, max_rounds: 2}\n")
     for lab in labs:
-        kind = "forged" if lab in crafted.FORGE_SCRIPT else "correct"
-        crafted.write(kind + ("+weak" if lab in crafted.WEAK else ""), lab, subs, student="solution", root=root)
+        parts = ["forged"] * (lab in crafted.FORGE_SCRIPT) + ["weak"] * (lab in crafted.WEAK)
+        parts += ATTACKED if lab != crafted.CLASS_LAB else []
+        crafted.write("+".join(parts) or "correct", lab, subs, student="solution", root=root)
         crafted.write("vandal", lab, subs, student="blank", root=root)
+        if lab != crafted.CLASS_LAB:
+            crafted.write("forger", lab, subs, student="forger", root=root)
     # 4 execution turns a lab (a 2-CPU lab takes 2): each vandal (its kernel killed within
     # seconds) executes beside its solution's first cells instead of after it; the solutions'
     # timed tests come minutes later, one at a time (the batch's timing lock)
@@ -375,19 +388,32 @@ def test_source_autogrades_to_full_marks(lab, course):
     )
     result = json.loads((root / "results" / "solution" / f"{lab}.json").read_text())
     assert {c["grade_id"] for c in result["cells"] if c["status"] != "passed"} == forged | weak, result["cells"]
+    attacks = ATTACK_FLAGS if lab != crafted.CLASS_LAB else set()  # each flagged, none worth a point
     if not forged:
-        assert {f["kind"] for f in result["flags"]} <= crafted.NOISE_FLAGS, result["flags"]
+        assert {f["kind"] for f in result["flags"]} - crafted.NOISE_FLAGS == attacks, result["flags"]
         return
     # the forged speed earned nothing, and it was the flag that took it: by the clock alone
     # the script (the instructor's) is in the top band
-    kinds = [f["kind"] for f in result["flags"] if f["kind"] not in crafted.NOISE_FLAGS]
-    assert short["test_throughput"][0] == 0 and kinds == ["forged throughput"], result
+    kinds = {f["kind"] for f in result["flags"] if f["kind"] not in crafted.NOISE_FLAGS}
+    assert short["test_throughput"][0] == 0 and kinds == {"forged throughput", *attacks}, result
     forged_flag = next(f for f in result["flags"] if f["kind"] == "forged throughput")
     claimed = float(forged_flag["detail"].split(" claims ")[1].split("x")[0])
     assert claimed > 10, result["flags"]  # 50x the truth, seen through the run-to-run noise
     line = next(x for x in _printed(graded).splitlines() if x.startswith("[grading-timing] "))
     timing = json.loads(line.removeprefix("[grading-timing] "))
     assert timing["band"] == 0, timing
+
+
+def test_a_forger_earns_nothing_and_is_flagged(lab, course):
+    """The release with every failure hidden (no traceback, every reply "ok", every float shown as
+    full marks) and every answer an object equal to everything: 0, flagged for both."""
+    root, scores = course
+    if lab == crafted.CLASS_LAB:
+        pytest.skip("Lab 1's crafted class grades these (tests/notebooks/test_grading_crafted.py)")
+    result = json.loads((root / "results" / "forger" / f"{lab}.json").read_text())
+    assert result["status"] == "graded" and result["score"] == 0.0, result["cells"]
+    kinds = {f["kind"] for f in result["flags"]}
+    assert {"tampered with grading", "not a plain value"} <= kinds, result["flags"]
 
 
 def test_release_autogrades_to_zero_without_crashing(lab, course):
@@ -433,7 +459,7 @@ def test_grades_csv_and_feedback(lab, course):
     text = csv_path.read_text()
     assert f"solution,{lab}," in text and f"blank,{lab},0.0," in text
     html = grading.feedback([lab], root)
-    assert {p.parent.parent.name for p in html} == {"solution", "blank"}
+    assert {p.parent.parent.name for p in html} - {"forger"} == {"solution", "blank"}
     solution = next(p for p in html if p.parent.parent.name == "solution").read_text()
     assert "visible tests passed" in solution  # test cells and their outputs are there
     assert "HIDDEN TESTS" not in solution and "_checks" not in solution  # the hidden tests' source is not

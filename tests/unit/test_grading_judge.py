@@ -302,3 +302,21 @@ def test_the_kernels_lab_utils_holds_no_autograder_module(tmp_path):
     assert not (package / "hub").exists() and (package / "training" / "ps").is_dir()
     assert list((package / "grading" / "__pycache__").glob("throughput*.pyc"))  # compiled: imports stay fast
     assert all(p.stat().st_mode & 0o777 in (0o644, 0o755) for p in package.rglob("*"))
+
+
+def test_a_kernel_that_cannot_start_says_why_in_one_line(tmp_path):
+    """What the worker's log (the batch's 'infrastructure error') shows, never only "Kernel died"."""
+    import subprocess
+    import sys
+
+    spec = tmp_path / "view.json"
+    spec.write_text(json.dumps({"uid": 61099, "root": str(tmp_path / "no-such-root")}))
+    (tmp_path / "conn.json").write_text("{}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "lab_utils.grading.kernel", "--view", str(spec), "-f", str(tmp_path / "conn.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("grading kernel: cannot start the sandbox's kernel: "), proc.stderr
