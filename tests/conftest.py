@@ -94,7 +94,7 @@ def pytest_terminal_summary(terminalreporter):
 
 
 @pytest.fixture(scope="session")
-def crafted_class(tmp_path_factory):
+def crafted_class(tmp_path_factory, request):
     """Lab 1's crafted class (:data:`support.crafted.CLASS`) graded by the local batch, once a
     session, with secrets in the grader's environment (:data:`support.crafted.SECRETS`):
     ``(root, submissions, results by student, the disk filler's files before, a copy of the
@@ -110,7 +110,8 @@ def crafted_class(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("crafted")
     root, subs = crafted.course(tmp, [crafted.CLASS_LAB], crafted.settings_yaml(crafted.CLASS_SETTINGS))
-    decoy = crafted.decoy(tmp)
+    decoy = crafted.decoy()
+    request.addfinalizer(lambda: crafted.remove_decoy(decoy))
     crafted.write_class(subs, root, decoy)
     before = crafted.fillers(root)
     saved = {k: os.environ.get(k) for k in crafted.SECRETS}
