@@ -38,9 +38,10 @@ __all__ = [
     "write_spec",
 ]
 
-#: the modules of lab_utils.grading a kernel may import: what test cells and the labs call
-KERNEL_GRADING = ("__init__.py", "cells.py", "handin.py", "layout.py", "scripts.py", "selfcheck.py",
-                  "settings.py", "throughput.py")  # fmt: skip
+#: the modules of lab_utils.grading a kernel may import: what test cells and the labs call (and
+#: settings.py's reader of a due time, with the file reads it uses)
+KERNEL_GRADING = ("__init__.py", "cells.py", "handin.py", "late.py", "layout.py", "safefiles.py", "scripts.py",
+                  "selfcheck.py", "settings.py", "throughput.py")  # fmt: skip
 #: where the view shows the reference scripts and the Keras dataset folder
 REFERENCE_DIR = "/run/labgrade/reference"
 KERAS_DIR = "/run/labgrade/keras"

@@ -38,6 +38,12 @@ not seen.
    ``MAX_FUNCTION_LINES`` (``def`` line to last line, decorators excluded; a nested function
    counts in its parent and on its own).
 
+5. What a grading kernel imports: its copy of ``lab_utils`` holds ``lab_utils.grading``'s
+   ``KERNEL_GRADING`` modules only, and no ``lab_utils.hub`` (``lab_utils/grading/view.py``). So
+   no module of ``lab_utils`` outside ``grading`` and ``hub``, and none of those kernel modules,
+   imports a ``lab_utils.grading`` module outside them, or ``lab_utils.hub`` (the autograder's own
+   modules are not importable where student code runs).
+
 Each rule is a pure checker over a package directory, shown to fail on a deliberate
 violation in a temporary tree (the ``test_checker_*`` tests at the end).
 """
@@ -92,6 +98,11 @@ GENERIC_LAYERS = (
     "doctor.py",
 )
 UPPER_LAYERS = ("lab_utils.training", "lab_utils.grading")
+
+# --- rule 5: what a grading kernel imports ------------------------------------------------
+#: the modules of lab_utils.grading a grading kernel holds (lab_utils/grading/view.py's list)
+KERNEL_GRADING = ("__init__", "cells", "handin", "late", "layout", "safefiles", "scripts", "selfcheck", "settings",
+                  "throughput")  # fmt: skip
 
 # --- rule 4: sizes ----------------------------------------------------------------------
 MAX_MODULE_LINES = 600
@@ -416,6 +427,23 @@ def check_sizes(
     return out
 
 
+def check_kernel_imports(root: Path, kernel_grading: tuple[str, ...] = KERNEL_GRADING) -> list[Violation]:
+    """Rule 5: what a grading kernel's copy of lab_utils imports is in it."""
+    kept = {f"lab_utils.grading.{m}" if m != "__init__" else "lab_utils.grading" for m in kernel_grading}
+    modules = load_package(root)
+    out = []
+    for module in modules.values():
+        in_kernel = module.name in kept or not matches(module.name, ("lab_utils.grading", "lab_utils.hub"))
+        if not in_kernel:
+            continue
+        for imp in module.imports:
+            target = loaded(imp, modules)
+            if target and matches(target, ("lab_utils.grading", "lab_utils.hub")) and target not in kept:
+                message = f"{module.name} imports {target} {imp.where}, which no grading kernel holds"
+                out.append(Violation(_shown(module.path, root), imp.line, "rule 5: kernel imports", message))
+    return out
+
+
 def _report(violations: list[Violation]) -> str:
     return f"{len(violations)} violation(s):\n" + "\n".join(map(str, violations))
 
@@ -451,6 +479,14 @@ def test_rule_2_generic_layers_never_import_training_or_grading():
 
 def test_rule_3_no_import_cycle():
     violations = check_cycles(LAB_UTILS)
+    assert not violations, _report(violations)
+
+
+def test_rule_5_a_grading_kernel_imports_only_what_its_copy_of_lab_utils_holds():
+    from lab_utils.grading.view import KERNEL_GRADING as VIEWS
+
+    assert sorted(f"{m}.py" for m in KERNEL_GRADING) == sorted(VIEWS), "keep the two lists the same"
+    violations = check_kernel_imports(LAB_UTILS)
     assert not violations, _report(violations)
 
 
@@ -595,3 +631,21 @@ def test_checker_rule_4_catches_long_modules_and_functions():
     found = check_sizes(long, "m.py")
     assert [(v.line, v.message.split(" has")[0]) for v in found] == [(2, "function C.g"), (3, "function C.g.inner")]
     assert "function C.g has 83 lines (at most 80)" in str(found[0])
+
+
+def test_checker_rule_5_catches_a_kernel_module_importing_the_autograder(tmp_path):
+    root = write_tree(
+        tmp_path,
+        {
+            "grading/__init__.py": "from lab_utils.grading.cells import credit\n",
+            "grading/cells.py": "",
+            "grading/batch.py": "from lab_utils.hub import client\n",  # the autograder: may import anything
+            "hub/__init__.py": "",
+            "hub/client.py": "",
+            "notebook.py": "def f():\n    from lab_utils.grading import batch\n",
+        },
+    )
+    assert check_kernel_imports(root, ("__init__", "cells")) == [
+        Violation(Path("lab_utils/notebook.py"), 2, "rule 5: kernel imports",
+                  "lab_utils.notebook imports lab_utils.grading.batch inside a function, which no grading kernel holds"),
+    ]  # fmt: skip
