@@ -4,6 +4,9 @@ The grading worker (root, inside the sandbox) registers this as the kernel::
 
     python -m lab_utils.grading.kernel --view /tmp/labgrade-x/view.json -f {connection_file}
 
+(Without root, ``--environment-only``: the kernel runs as the grader, as it is, with only its
+environment scrubbed as below: what the grader's account may read, the kernel may.)
+
 ``view.json`` (root only, written by the worker: :func:`lab_utils.grading.view.write_spec`)
 says what the kernel may see. In a mount namespace of its own this launcher builds a new
 root file system holding only that: the system's programs and libraries (``/usr``, ``/etc``,
@@ -246,9 +249,19 @@ class View:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lab_utils.grading.kernel")
-    parser.add_argument("--view", required=True, help="the view's JSON spec (written by the grading worker)")
+    how = parser.add_mutually_exclusive_group(required=True)
+    how.add_argument("--view", help="the view's JSON spec (written by the grading worker)")
+    how.add_argument(
+        "--environment-only",
+        action="store_true",
+        help="no view, no uid of its own (the grader is not root): only the environment scrubbed",
+    )
     parser.add_argument("-f", dest="connection_file", required=True)
     args = parser.parse_args(argv)
+    if args.environment_only:  # the grader's own user: what it may read, the kernel may; its secrets, not
+        keep = {k: os.environ[k] for k in ("HOME", "TMPDIR", "USER", "LOGNAME") if k in os.environ}
+        env = kernel_env(dict(os.environ), keep)
+        os.execve(sys.executable, [sys.executable, "-m", "ipykernel_launcher", "-f", args.connection_file], env)
     with open(args.view) as f:
         spec = json.load(f)
     uid = int(spec["uid"])

@@ -58,12 +58,14 @@ def _isolate(spec: dict, box: Path) -> Path:
     return disk
 
 
-def _kernelspec(box: Path, view: Path) -> Path:
+def _kernelspec(box: Path, view: Path | None) -> Path:
     """The sandbox's kernel: its launcher (:mod:`lab_utils.grading.kernel`), which runs the
-    kernel as the sandbox's uid in its ``view``."""
+    kernel as the sandbox's uid in its ``view``, or (no view: not root) as the grader with its
+    environment scrubbed."""
     spec_dir = box / "jupyter" / "kernels" / "lab-sandbox"
     spec_dir.mkdir(parents=True)
-    argv = [sys.executable, "-m", "lab_utils.grading.kernel", "--view", str(view)]
+    how = ["--view", str(view)] if view is not None else ["--environment-only"]
+    argv = [sys.executable, "-m", "lab_utils.grading.kernel", *how]
     (spec_dir / "kernel.json").write_text(
         json.dumps({"argv": [*argv, "-f", "{connection_file}"], "display_name": "sandbox", "language": "python"})
     )
@@ -128,8 +130,7 @@ def _config(spec: dict, box: Path, record: Path):
         c.SandboxExecute.kernel_uid = int(spec["uid"])
     for name in ("go_fd", "note_fd"):  # the batch's gate: the kernel starts on its go
         setattr(c.SandboxExecute, name, int(spec.get("gate", {}).get(name, -1)))
-    if spec.get("uid"):
-        c.SandboxExecute.kernel_name = "lab-sandbox"
+    c.SandboxExecute.kernel_name = "lab-sandbox"  # the sandbox's launcher (_kernelspec), in every mode
     return c
 
 
@@ -255,10 +256,10 @@ def _kernel_env(spec: dict, box: Path, cwd: Path) -> dict[str, str]:
     # submission's, and an entry written there would be memory the grading pays for once more.
     # The throughput tests' timing is the grader's (over the kernel's stdin).
     kernel = {"LABS_CACHE_DIR": "off", config.GRADING_DRIVEN: "1"}
-    if not spec.get("isolated"):  # the kernel runs as this user, and sees what it sees
+    if not spec.get("isolated"):  # the kernel runs as this user, and sees what it sees, but no secret of its
         if spec.get("reference_dir"):
             kernel[config.GRADING_REFERENCE_DIR] = spec["reference_dir"]
-        return kernel
+        return {**kernel, "JUPYTER_PATH": str(_kernelspec(box, None))}
     disk = _isolate(spec, box)
     keras = spec.get("keras_home")
     view = view_spec(

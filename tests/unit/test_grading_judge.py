@@ -320,3 +320,18 @@ def test_a_kernel_that_cannot_start_says_why_in_one_line(tmp_path):
     )
     assert proc.returncode == 1
     assert proc.stderr.startswith("grading kernel: cannot start the sandbox's kernel: "), proc.stderr
+
+
+def test_without_root_the_kernel_still_starts_without_the_graders_secrets(monkeypatch):
+    """The process group (a pod, a laptop): the kernel is the grader's user, its environment not."""
+    from lab_utils.grading import kernel
+
+    started = {}
+    monkeypatch.setattr(kernel.os, "execve", lambda exe, argv, env: started.update(argv=argv, env=env))
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-token-123")
+    monkeypatch.setenv("HOME", "/home/prof")
+    monkeypatch.setenv("LABS_OFFLINE", "1")
+    kernel.main(["--environment-only", "-f", "/tmp/kernel-1.json"])
+    assert started["argv"][-3:] == ["ipykernel_launcher", "-f", "/tmp/kernel-1.json"]
+    assert started["env"]["HOME"] == "/home/prof" and started["env"]["LABS_OFFLINE"] == "1"
+    assert "JUPYTERHUB_API_TOKEN" not in started["env"]
