@@ -327,11 +327,17 @@ def test_without_root_the_kernel_still_starts_without_the_graders_secrets(monkey
     from lab_utils.grading import kernel
 
     started = {}
-    monkeypatch.setattr(kernel.os, "execve", lambda exe, argv, env: started.update(argv=argv, env=env))
+
+    def execve(exe, argv, env):  # what the kernel would be started as (execve does not return)
+        started.update(argv=argv, env=env)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(kernel.os, "execve", execve)
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-token-123")
     monkeypatch.setenv("HOME", "/home/prof")
     monkeypatch.setenv("LABS_OFFLINE", "1")
-    kernel.main(["--environment-only", "-f", "/tmp/kernel-1.json"])
+    with pytest.raises(SystemExit):
+        kernel.main(["--environment-only", "-f", "/tmp/kernel-1.json"])
     assert started["argv"][-3:] == ["ipykernel_launcher", "-f", "/tmp/kernel-1.json"]
     assert started["env"]["HOME"] == "/home/prof" and started["env"]["LABS_OFFLINE"] == "1"
     assert "JUPYTERHUB_API_TOKEN" not in started["env"]
