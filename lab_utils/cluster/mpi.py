@@ -18,6 +18,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,45 @@ def remove_dead_session_dirs(tmp: Path | None = None) -> list[Path]:
             if pid.isdigit() and not psutil.pid_exists(int(pid)):
                 _guard.remove(run)
                 removed.append(run)
+    return removed
+
+
+#: Open MPI's shared-memory transport's files in /dev/shm: ``vader_segment.<host>.<job>.<rank>``
+VADER = "vader_segment."
+
+
+def remove_dead_shm_segments(
+    shm: Path = Path("/dev/shm"), proc: Path = Path("/proc"), min_age_s: float = 2.0
+) -> list[Path]:
+    """Remove this user's Open MPI shared-memory segments that no live process maps (a rank
+    maps its segment from its start to its end): a job that ends normally removes its own, one
+    that was killed leaves them in ``/dev/shm``, memory the machine keeps until it reboots.
+    Segments younger than ``min_age_s`` are left (a rank may be between creating and mapping
+    its own). Returns those removed."""
+    try:
+        mine = [
+            p for p in shm.glob(VADER + "*") if not p.is_symlink() and p.is_file() and p.stat().st_uid == os.geteuid()
+        ]
+    except OSError:
+        return []
+    if not mine:
+        return []
+    mapped = set()
+    for maps in proc.glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text(errors="replace")
+        except OSError:  # another user's process, or gone meanwhile
+            continue
+        mapped.update(line.split(None, 5)[-1] for line in text.splitlines() if VADER in line)
+    now, removed = time.time(), []
+    for path in mine:
+        try:
+            if str(path) in mapped or now - path.stat().st_mtime < min_age_s:
+                continue
+            path.unlink()
+        except OSError:  # removed meanwhile
+            continue
+        removed.append(path)
     return removed
 
 
@@ -292,6 +332,7 @@ class MPIJob(Job):
             remove_dead_session_dirs()
         except OSError as exc:  # stopping the job went well: say it, do not fail it
             self.notes.append(f"could not remove a dead job's Open MPI session folder: {exc}")
+        remove_dead_shm_segments()
 
     def _horovodrun(self) -> list[str]:
         """``horovodrun``, as :mod:`.hvdrun` (the same launcher, minus its build probe) when
