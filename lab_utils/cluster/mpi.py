@@ -18,7 +18,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -88,22 +87,8 @@ def remove_dead_session_dirs(tmp: Path | None = None) -> list[Path]:
 VADER = "vader_segment."
 
 
-def remove_dead_shm_segments(
-    shm: Path = Path("/dev/shm"), proc: Path = Path("/proc"), min_age_s: float = 2.0
-) -> list[Path]:
-    """Remove this user's Open MPI shared-memory segments that no live process maps (a rank
-    maps its segment from its start to its end): a job that ends normally removes its own, one
-    that was killed leaves them in ``/dev/shm``, memory the machine keeps until it reboots.
-    Segments younger than ``min_age_s`` are left (a rank may be between creating and mapping
-    its own). Returns those removed."""
-    try:
-        mine = [
-            p for p in shm.glob(VADER + "*") if not p.is_symlink() and p.is_file() and p.stat().st_uid == os.geteuid()
-        ]
-    except OSError:
-        return []
-    if not mine:
-        return []
+def _mapped_segments(proc: Path) -> set[str]:
+    """The Open MPI segments some process maps (the ones whose /proc/<pid>/maps this user may read)."""
     mapped = set()
     for maps in proc.glob("[0-9]*/maps"):
         try:
@@ -111,11 +96,30 @@ def remove_dead_shm_segments(
         except OSError:  # another user's process, or gone meanwhile
             continue
         mapped.update(line.split(None, 5)[-1] for line in text.splitlines() if VADER in line)
-    now, removed = time.time(), []
-    for path in mine:
+    return mapped
+
+
+def remove_dead_shm_segments(shm: Path = Path("/dev/shm"), proc: Path = Path("/proc")) -> list[Path]:
+    """Remove this user's Open MPI shared-memory segments that no live process maps (a rank
+    maps its segment from its start to its end): a job that ends normally removes its own, one
+    that was killed leaves them in ``/dev/shm``, memory the machine keeps until it reboots. A
+    segment must be unmapped at two looks in a row (a rank of a job starting now maps its own
+    microseconds after it makes it). Returns those removed."""
+    try:
+        mine = [
+            p for p in shm.glob(VADER + "*") if not p.is_symlink() and p.is_file() and p.stat().st_uid == os.geteuid()
+        ]
+    except OSError:
+        return []
+    unmapped = [p for p in mine if str(p) not in _mapped_segments(proc)] if mine else []
+    if not unmapped:
+        return []
+    still = _mapped_segments(proc)
+    removed = []
+    for path in unmapped:
+        if str(path) in still:
+            continue
         try:
-            if str(path) in mapped or now - path.stat().st_mtime < min_age_s:
-                continue
             path.unlink()
         except OSError:  # removed meanwhile
             continue

@@ -187,7 +187,7 @@ def grade(spec: dict) -> dict:
     nbapi.check(api.generate_feedback(lab, student, force=True), f"generate_feedback {student}/{lab}")
     nb = nbformat.read(graded, as_version=4)
     quotes.strip_hidden_tests(nb)  # the copy kept shows the tests as the release does
-    nbformat.write(nb, graded)
+    _rewrite(nb, graded)
     lap("feedback", t)
     result = {
         "status": "graded",
@@ -244,8 +244,18 @@ def _scrub(graded: Path, secret: dict[str, str], own: set[str]) -> list[dict]:
     for cell in nb.cells:
         hide_hidden_tracebacks(cell)
     flags = quotes.scrub(nb, secret, quotes.secret_values(), own)
-    nbformat.write(nb, graded)
+    _rewrite(nb, graded)
     return flags
+
+
+def _rewrite(nb, path: Path) -> None:
+    """Write ``nb`` over ``path``, which nbgrader leaves read-only (a new file put in its place,
+    with its mode: without root, the grader cannot write into the old one)."""
+    mode = path.stat().st_mode & 0o777
+    tmp = path.with_name(f".{path.name}.rewrite")
+    nbformat.write(nb, tmp)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
 
 
 def _kernel_env(spec: dict, box: Path, cwd: Path) -> dict[str, str]:
