@@ -269,7 +269,7 @@ def _kernel_env(spec: dict, box: Path, cwd: Path) -> dict[str, str]:
     if not spec.get("isolated"):  # the kernel runs as this user, and sees what it sees, but no secret of its
         if spec.get("reference_dir"):
             kernel[config.GRADING_REFERENCE_DIR] = spec["reference_dir"]
-        return {**kernel, "JUPYTER_PATH": str(_kernelspec(box, None))}
+        return {**kernel, "JUPYTER_PATH": _jupyter_path(_kernelspec(box, None))}
     disk = _isolate(spec, box)
     keras = spec.get("keras_home")
     view = view_spec(
@@ -283,7 +283,13 @@ def _kernel_env(spec: dict, box: Path, cwd: Path) -> dict[str, str]:
         env=kernel,
     )
     path = write_spec(view, box / "view.json")
-    return {**kernel, "JUPYTER_PATH": str(_kernelspec(box, path))}
+    return {**kernel, "JUPYTER_PATH": _jupyter_path(_kernelspec(box, path))}
+
+
+def _jupyter_path(first: Path) -> str:
+    """``JUPYTER_PATH`` with ``first`` (the sandbox's kernelspec) before what it held: nbconvert
+    finds its templates there too (a Hub's server may point it at the environment's share/)."""
+    return os.pathsep.join([str(first), *[p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]])
 
 
 def _execution_flags(executed: dict, record: Path, file_mb: float) -> list[dict]:
