@@ -73,11 +73,11 @@ def _array(a) -> dict:
     if a.dtype.kind == "M":  # datetimes: their integer ticks
         return {"$": "dt", "unit": str(a.dtype), "v": _array(a.view("int64"))}
     if a.dtype.kind in "OUS":
-        return {"$": "ol", "shape": list(a.shape), "v": [_plain(x, strict_np=True) for x in a.ravel().tolist()]}
+        return {"$": "ol", "shape": list(a.shape), "v": [_plain(x) for x in a.ravel().tolist()]}
     raise NotPlain(f"an array of dtype {a.dtype}")
 
 
-def _plain(obj, strict_np: bool = False):
+def _plain(obj):
     """``obj`` as JSON-able data, tagged where JSON has no type of its own; NotPlain otherwise."""
     t = type(obj)
     if t is float and not math.isfinite(obj):  # JSON has no NaN or infinity
@@ -94,9 +94,7 @@ def _plain(obj, strict_np: bool = False):
         return {"$": "d", "k": list(obj), "v": [_plain(x) for x in obj.values()]}
     np, pd = _np(), _pd()
     if np is not None:
-        if isinstance(obj, np.generic) and t in np.sctypeDict.values() and obj.dtype.kind in _NUMERIC:
-            if t.__module__ != "numpy":
-                raise NotPlain(f"a scalar of type {_kind(obj)}")
+        if t in np.sctypeDict.values() and obj.dtype.kind in _NUMERIC:  # NumPy's own scalar types only
             return {"$": "np", "dtype": obj.dtype.str, "b64": base64.b64encode(obj.tobytes()).decode()}
         if t is np.ndarray:
             return _array(obj)
