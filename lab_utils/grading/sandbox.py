@@ -445,6 +445,31 @@ class Sandbox:
                     time.sleep(0.05)  # the last killed task leaves the cgroup asynchronously
         self._dirs = []
 
+    # ------------------------------------------------------------------ another process's
+    def state(self) -> dict:
+        """What finds this sandbox's cgroups again from another process (a restarted Hub's
+        spawner keeps it in its state): JSON-able."""
+        return {"name": self.name, "cgroup": self.cgroup, "dirs": [str(d) for d in self._dirs]}
+
+    @classmethod
+    def adopt(cls, state: dict, prefix: str) -> Sandbox | None:
+        """The sandbox :meth:`state` described, to kill what it holds and remove it; None when
+        its cgroups are gone or the state is not one this code wrote (its folders must be
+        ``<prefix>-...`` cgroups under the cgroup mount)."""
+        name, dirs = state.get("name"), [Path(d) for d in state.get("dirs") or []]
+        if not (isinstance(name, str) and name.startswith(f"{prefix}-") and "/" not in name):
+            return None
+        root = _V1.resolve()
+        dirs = [d for d in dirs if d.name == name and root in d.parents and d.is_dir()]
+        if not dirs:
+            return None
+        box = cls.__new__(cls)  # no new cgroup: the ones found are this sandbox's
+        box.name, box.cgroup, box._dirs, box._proc = name, state.get("cgroup"), dirs, None
+        box._memory_dir = dirs[0] if box.cgroup != "v1" else next((d for d in dirs if "memory" in d.parts), None)
+        box.memory_mb = box.cpus = box.max_processes = box.disk_mb = box.cpu_seconds = None
+        box.network = "loopback"
+        return box
+
     def __enter__(self):
         return self
 

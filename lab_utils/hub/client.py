@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from .. import config
-from .store import Receipt, student_of, write_submission
+from .store import Receipt, write_submission
 
 __all__ = ["HandInRefused", "hand_in", "feedback", "collect", "return_feedback", "whoami"]
 
@@ -141,7 +141,7 @@ def collect(lab: str, dest: str | os.PathLike, *, url=None, token=None) -> list[
     index = json.loads(_call("GET", f"collect/{quote(lab)}", url=url, token=token)[0])["hand_ins"]
     out = []
     for entry in index:
-        data, headers = _call("GET", f"collect/{quote(lab)}/{quote(entry['student'], safe='')}", url=url, token=token)
+        data, headers = _call("GET", f"collect/{quote(lab)}/{quote(entry['key'], safe='')}", url=url, token=token)
         receipt = Receipt.from_json(json.loads(headers["X-Handin-Receipt"]))
         write_submission(Path(dest), receipt, data)
         out.append(receipt)
@@ -151,22 +151,23 @@ def collect(lab: str, dest: str | os.PathLike, *, url=None, token=None) -> list[
 
 
 def return_feedback(lab: str, feedback_root: str | os.PathLike, *, url=None, token=None) -> list[str]:
-    """Instructor: every page under ``feedback_root/<student>/<lab>/`` (``make feedback``'s
-    layout) to that student; returns the students it reached."""
+    """Instructor: every page under ``feedback_root/<key>/<lab>/`` (``make feedback``'s
+    layout, with the folder names ``collect`` wrote) to that student; returns the folders it
+    reached."""
     root, done = Path(feedback_root), []
     for folder in sorted(root.glob(f"*/{lab}")):
         pages = sorted(p for p in folder.glob("*.html") if p.is_file())
         if not pages:
             continue
-        student = student_of(folder.parent.name)
+        key = folder.parent.name
         for page in pages:
             _call(
                 "PUT",
-                f"feedback/{quote(lab)}/{quote(student, safe='')}/{quote(page.name)}",
+                f"feedback/{quote(lab)}/{quote(key, safe='')}/{quote(page.name, safe='')}",
                 data=page.read_bytes(),
                 url=url,
                 token=token,
             )
-        done.append(student)
+        done.append(key)
     print(f"returned {lab} feedback to {len(done)} student(s)")
     return done

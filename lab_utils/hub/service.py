@@ -19,10 +19,20 @@ API, under the service's prefix (``/services/handin/``), every call with ``Autho
 ``POST api/hand-ins/<lab>``              the student           body: the notebook; answers the receipt
 ``GET  api/hand-ins/<lab>``              the student           their own receipts
 ``GET  api/feedback/<lab>``              the student           their own returned pages
-``GET  api/collect/<lab>``               instructor            each student's last receipt
-``GET  api/collect/<lab>/<student>``     instructor            that notebook (``X-Handin-Receipt``)
-``PUT  api/feedback/<lab>/<student>/<f>``  instructor          return page ``f`` to that student
+``GET  api/collect/<lab>``               instructor            each student's last receipt (with ``key``)
+``GET  api/collect/<lab>/<key>``         instructor            that notebook (``X-Handin-Receipt``)
+``PUT  api/feedback/<lab>/<key>/<f>``    instructor            return page ``f`` to that student
 =======================================  ====================  =========================================
+
+``<key>`` is a student's folder name (``collect`` writes each hand-in under it, and nbgrader's
+feedback keeps it), URL-quoted once and decoded once.
+
+At a deadline, with a class that may hold someone hostile: every request is authenticated from
+its headers, before any byte of its body is read (401/403, and the connection is closed); a body
+streams to the store's disk, never into memory, within :data:`~lab_utils.hub.store.MAX_NOTEBOOK_BYTES`
+(413 at once from ``Content-Length``) and a time limit; one notebook is parsed at a time, within
+an element budget; each student may hand in :data:`RATE` times a minute (429); a full disk is a
+507 that says so. Disk work runs off the event loop, so one slow request holds up no other.
 
 A user needs ``access:services!service=<name>`` (the class's ``user`` role and the servers'
 ``server_token_scopes``); an instructor also ``custom:handin:grade``.
@@ -31,22 +41,31 @@ A user needs ``access:services!service=<name>`` (the class's ``user`` role and t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
 import sys
+import time
+from collections import defaultdict, deque
 from datetime import datetime
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from tornado import ioloop, web
 
 from ..grading.late import parse_due
-from .store import HandInError, Store
+from .store import MAX_FEEDBACK_BYTES, MAX_NOTEBOOK_BYTES, HandInError, Store, valid_key
 
-__all__ = ["GRADE_SCOPE", "make_app", "parse_lab", "main"]
+__all__ = ["GRADE_SCOPE", "RATE", "make_app", "parse_lab", "main"]
 
 #: The custom scope that makes a Hub user an instructor of the hand-in service.
 GRADE_SCOPE = "custom:handin:grade"
+#: Hand-ins a student may send a minute (honest students send one or two at a deadline).
+RATE = 6
+#: Seconds a body may take to arrive (20 MB at 1 Mbit/s takes 160 s).
+BODY_TIMEOUT_S = 300.0
+#: What the server reads of a connection at once, and how long an idle one stays open.
+SERVER_OPTIONS = {"max_buffer_size": 2**20, "idle_connection_timeout": 60, "body_timeout": BODY_TIMEOUT_S}
 log = logging.getLogger("lab_utils.hub.service")
 
 
@@ -59,30 +78,68 @@ def parse_lab(spec: str) -> tuple[str, datetime | None]:
         raise ValueError(f"--lab {spec}: {exc}") from None
 
 
-class _Handler(web.RequestHandler):
-    """Every request: who sent it, from the Hub (403 without a token the Hub knows)."""
+class _Shared:
+    """What every request of one service shares: the store, the Hub, one parse at a time, and
+    each student's recent hand-ins (the rate limit)."""
 
-    def initialize(self, store: Store, auth, name: str):
-        self.store, self.auth, self.service = store, auth, name
+    def __init__(self, store: Store, auth, name: str, rate: int):
+        self.store, self.auth, self.name, self.rate = store, auth, name, rate
+        self.parsing = asyncio.Semaphore(1)  # a notebook's parse is what takes memory
+        self.recent: dict[str, deque] = defaultdict(deque)
+
+    def admit(self, user: str) -> None:
+        """HandInError 429 when ``user`` has sent :attr:`rate` hand-ins in the last minute."""
+        now, seen = time.monotonic(), self.recent[user]
+        while seen and now - seen[0] > 60:
+            seen.popleft()
+        if len(seen) >= self.rate:
+            wait = int(60 - (now - seen[0])) + 1
+            raise HandInError(f"{len(seen)} hand-ins in the last minute: wait {wait} s, then hand in again", 429)
+        seen.append(now)
+
+
+@web.stream_request_body
+class _Handler(web.RequestHandler):
+    """Every request: who sent it, from the Hub (401/403 before any of its body is read), and
+    no body unless the route takes one (:meth:`body_limit`)."""
+
+    def initialize(self, shared: _Shared):
+        self.shared, self.store = shared, shared.store
 
     def check_xsrf_cookie(self):  # token-authenticated API only: no cookies are read
         return None
 
     async def prepare(self):
+        self.request.connection.set_max_body_size(0)  # until the route says otherwise
         header = self.request.headers.get("Authorization", "")
         kind, _, token = header.partition(" ")
         if kind.lower() not in ("token", "bearer") or not token.strip():
             raise web.HTTPError(401, reason="send your Hub token: Authorization: token $JUPYTERHUB_API_TOKEN")
-        model = await self.auth.user_for_token(token.strip(), sync=False)
+        model = await self.shared.auth.user_for_token(token.strip(), sync=False)
         if not model or model.get("kind", "user") != "user":
             raise web.HTTPError(403, reason="the Hub does not know this token as a user's")
-        if not self.auth.check_scopes(f"access:services!service={self.service}", model):
+        service = self.shared.name
+        if not self.shared.auth.check_scopes(f"access:services!service={service}", model):
             raise web.HTTPError(
                 403,
-                reason=f"this token may not use the {self.service} service: the Hub must grant "
-                f"access:services!service={self.service} (the user role and server_token_scopes)",
+                reason=f"this token may not use the {service} service: the Hub must grant "
+                f"access:services!service={service} (the user role and server_token_scopes)",
             )
-        self.user, self.instructor = model["name"], bool(self.auth.check_scopes(GRADE_SCOPE, model))
+        self.user, self.instructor = model["name"], bool(self.shared.auth.check_scopes(GRADE_SCOPE, model))
+        limit = self.body_limit(*self.path_args)
+        length = self.request.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise web.HTTPError(
+                413, reason=f"the body is {int(length) / 2**20:.1f} MB, above the {limit / 2**20:.0f} MB this takes"
+            )
+        self.request.connection.set_max_body_size(limit)
+
+    def body_limit(self, *args) -> int:
+        """Bytes this request may send, once its sender is known (0: none)."""
+        return 0
+
+    def data_received(self, chunk: bytes):
+        raise web.HTTPError(400, reason="this request takes no body")
 
     def require_instructor(self):
         if not self.instructor:
@@ -90,12 +147,22 @@ class _Handler(web.RequestHandler):
 
     def write_error(self, status_code, **kwargs):
         exc = kwargs.get("exc_info", (None, None))[1]
-        self.finish({"error": getattr(exc, "log_message", None) or self._reason, "status": status_code})
+        why = getattr(exc, "log_message", None) or self._reason
+        if status_code >= 400 and status_code != 401:
+            log.warning(
+                "%s %s by %s: %s %s",
+                self.request.method,
+                self.request.path,
+                getattr(self, "user", "?"),
+                status_code,
+                why.splitlines()[0][:200],
+            )
+        self.finish({"error": why, "status": status_code})
 
-    def answer(self, call):
-        """Run a store call; its refusals become HTTP errors with the store's message."""
+    async def answer(self, call):
+        """Run a store call off the event loop; its refusals become HTTP errors with its message."""
         try:
-            return call()
+            return await asyncio.get_running_loop().run_in_executor(None, call)
         except HandInError as exc:
             raise web.HTTPError(exc.status, reason=str(exc).splitlines()[0][:300], log_message=str(exc)) from None
 
@@ -107,35 +174,63 @@ class Labs(_Handler):
 
 
 class HandIns(_Handler):
-    def post(self, lab):
-        receipt = self.answer(lambda: self.store.hand_in(self.user, lab, self.request.body))
+    body = None
+
+    def body_limit(self, lab):
+        if self.request.method != "POST":
+            return 0
+        try:
+            self.store._lab(lab)
+            self.shared.admit(self.user)
+            self.store.room_for(int(self.request.headers.get("Content-Length") or 0))
+        except HandInError as exc:
+            raise web.HTTPError(exc.status, reason=str(exc)) from None
+        log.info("receiving: %s %s (%s bytes)", self.user, lab, self.request.headers.get("Content-Length", "?"))
+        self.body = self.store.incoming(MAX_NOTEBOOK_BYTES)
+        return MAX_NOTEBOOK_BYTES
+
+    def data_received(self, chunk):
+        try:
+            self.body.write(chunk)
+        except HandInError as exc:
+            raise web.HTTPError(exc.status, reason=str(exc)) from None
+
+    async def post(self, lab):
+        async with self.shared.parsing:
+            receipt = await self.answer(lambda: self.store.hand_in_body(self.user, lab, self.body))
         log.info("hand-in: %s %s %s%s", receipt.student, lab, receipt.stamp, " (late)" if receipt.late else "")
         self.set_status(201)
         self.finish(receipt.to_json())
 
-    def get(self, lab):
-        self.finish({"hand_ins": [r.to_json() for r in self.answer(lambda: self.store.hand_ins(self.user, lab))]})
+    async def get(self, lab):
+        receipts = await self.answer(lambda: self.store.hand_ins(self.user, lab))
+        self.finish({"hand_ins": [r.to_json() for r in receipts]})
+
+    def on_finish(self):
+        if self.body is not None:
+            self.body.discard()
+
+    def on_connection_close(self):
+        self.on_finish()
+        super().on_connection_close()
 
 
 class Feedback(_Handler):
-    def get(self, lab):
-        pages = self.answer(lambda: self.store.feedback(self.user, lab))
+    async def get(self, lab):
+        pages = await self.answer(lambda: self.store.feedback(self.user, lab))
         self.finish({"files": {name: data.decode("utf-8", "replace") for name, data in pages.items()}})
 
 
 class Collect(_Handler):
-    def get(self, lab, student=None):
+    async def get(self, lab, key=None):
         self.require_instructor()
-        if student is None:
-            latest = [
-                self.answer(lambda s=s: self.store.latest(s, lab))
-                for s in self.answer(lambda: self.store.students(lab))
-            ]
-            self.finish({"hand_ins": [r.to_json() for r, _ in latest if r]})
+        if key is None:
+            index = await self.answer(lambda: self.store.index(lab))
+            self.finish({"hand_ins": [r.to_json() for r in index]})
             return
-        found = self.answer(lambda: self.store.latest(unquote(student), lab))
+        found = await self.answer(lambda: self.store.latest_of(valid_key(key), lab))
         if found is None:
-            raise web.HTTPError(404, reason=f"{unquote(student)} has not handed in {lab}")
+            raise web.HTTPError(404, reason=f"{key} has not handed in {lab}")
         receipt, data = found
         self.set_header("Content-Type", "application/x-ipynb+json")
         self.set_header("X-Handin-Receipt", json.dumps(receipt.to_json()))
@@ -143,17 +238,28 @@ class Collect(_Handler):
 
 
 class ReturnFeedback(_Handler):
-    def put(self, lab, student, name):
+    def body_limit(self, *args):
         self.require_instructor()
-        self.answer(lambda: self.store.put_feedback(unquote(student), lab, name, self.request.body))
+        self.chunks = []
+        return MAX_FEEDBACK_BYTES
+
+    def data_received(self, chunk):
+        self.chunks.append(chunk)
+
+    async def put(self, lab, key, name):
+        data = b"".join(self.chunks)
+        await self.answer(lambda: self.store.put_feedback_of(valid_key(key), lab, name, data))
         self.set_status(204)
         self.finish()
 
 
-def make_app(store: Store, auth, prefix: str = "/services/handin/", name: str = "handin") -> web.Application:
-    """The service's tornado application (``auth``: a :class:`jupyterhub.services.auth.HubAuth`)."""
+def make_app(
+    store: Store, auth, prefix: str = "/services/handin/", name: str = "handin", rate: int = RATE
+) -> web.Application:
+    """The service's tornado application (``auth``: a :class:`jupyterhub.services.auth.HubAuth`).
+    Serve it with :data:`SERVER_OPTIONS` (``app.listen(port, host, **SERVER_OPTIONS)``)."""
     p = prefix.rstrip("/") + "/api"
-    kw = {"store": store, "auth": auth, "name": name}
+    kw = {"shared": _Shared(store, auth, name, rate)}
     lab, who = r"([0-9]{2}_[a-z0-9_]+)", r"([^/]+)"
     return web.Application(
         [
@@ -164,8 +270,6 @@ def make_app(store: Store, auth, prefix: str = "/services/handin/", name: str = 
             (rf"{p}/collect/{lab}/{who}", Collect, kw),
             (rf"{p}/feedback/{lab}/{who}/{who}", ReturnFeedback, kw),
         ],
-        # tornado's default body limit is 100 MB: refuse a larger upload before reading it
-        max_body_size=64 * 2**20,
     )
 
 
@@ -173,10 +277,25 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab_utils.hub.service", description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", required=True, help="folder of hand-ins and feedback (made mode 700)")
     ap.add_argument("--lab", action="append", default=[], help="a lab open for hand-in: NAME or NAME=DUE (ISO 8601)")
+    ap.add_argument(
+        "--keep",
+        type=int,
+        default=5,
+        help="hand-ins kept per student and lab (default 5), besides the last on-time and the first late one",
+    )
+    ap.add_argument("--quota-mb", type=float, default=200, help="MB each student's kept hand-ins may hold (200)")
+    ap.add_argument("--min-free-mb", type=float, default=256, help="MB of disk no hand-in may take (256)")
+    ap.add_argument("--rate", type=int, default=RATE, help=f"hand-ins a student may send a minute ({RATE})")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s handin] %(message)s")
     try:
-        store = Store(args.store, dict(parse_lab(spec) for spec in args.lab))
+        store = Store(
+            args.store,
+            dict(parse_lab(spec) for spec in args.lab),
+            keep=args.keep,
+            quota=int(args.quota_mb * 2**20),
+            min_free=int(args.min_free_mb * 2**20),
+        )
     except ValueError as exc:
         print(f"handin: {exc}", file=sys.stderr)
         return 2
@@ -189,8 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     where = urlparse(url)
     name = os.environ.get("JUPYTERHUB_SERVICE_NAME", "handin")
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", f"/services/{name}/")
-    app = make_app(store, HubAuth(cache_max_age=60), prefix, name)
-    app.listen(where.port, where.hostname, max_buffer_size=64 * 2**20)
+    app = make_app(store, HubAuth(cache_max_age=60), prefix, name, args.rate)
+    app.listen(where.port, where.hostname, **SERVER_OPTIONS)
     log.info("serving %s at %s: labs %s, store %s", prefix, url, ", ".join(sorted(store.due)) or "none", store.root)
     ioloop.IOLoop.current().start()
     return 0

@@ -13,21 +13,30 @@ JupyterHub does the same with systemd units; this one uses the course's own cgro
 
 The Hub must run as root to start servers as other users and make cgroups (as JupyterHub's
 own LocalProcessSpawner needs). Without cgroups it says so once and starts servers unlimited.
-When a server stops, everything left in its cgroup is killed and the cgroup removed.
+When a server stops, everything left in its cgroup is killed and the cgroup removed, also when
+the Hub restarted in between (the cgroup is in the spawner's state). Each user's cgroup is named
+from their name and a hash of it, so no two users share one.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from hashlib import sha256
 
 import psutil
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Integer
 
 from ..grading.sandbox import Sandbox
-from .store import safe_name
 
-__all__ = ["LimitedSpawner"]
+__all__ = ["LimitedSpawner", "sandbox_name"]
+
+
+def sandbox_name(user: str) -> str:
+    """A user's cgroup name: readable, and unique (``a b`` and ``a_20b`` are two users)."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", user)[:24]
+    return f"{readable}-{sha256(user.encode()).hexdigest()[:10]}"
 
 
 class LimitedSpawner(LocalProcessSpawner):
@@ -58,7 +67,7 @@ class LimitedSpawner(LocalProcessSpawner):
 
     async def start(self):
         self._close_box()
-        self._box = Sandbox(safe_name(self.user.name).replace("%", "_"), prefix="labhub", **self._limits())
+        self._box = Sandbox(sandbox_name(self.user.name), prefix="labhub", **self._limits())
         if not self._box.isolated:
             self.log.warning(
                 "%s: no cgroups here (not root?): the server runs without memory or process limits", self.user.name
@@ -68,6 +77,17 @@ class LimitedSpawner(LocalProcessSpawner):
         except BaseException:
             self._close_box()
             raise
+
+    def get_state(self):
+        state = super().get_state()
+        if self._box is not None and self._box.isolated:
+            state["sandbox"] = self._box.state()
+        return state
+
+    def load_state(self, state):  # a restarted Hub: the running server's cgroup, to remove at its end
+        super().load_state(state)
+        if state.get("sandbox") and self._box is None:
+            self._box = Sandbox.adopt(state["sandbox"], prefix="labhub")
 
     async def poll(self):
         status = await super().poll()

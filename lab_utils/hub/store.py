@@ -5,7 +5,7 @@ hand-in service's own disk (never on a volume a student's server mounts).
 
     store = Store(root, due={"02_ps_async": datetime(2026, 12, 1, 23, 59, tzinfo=UTC)})
     receipt = store.hand_in("alice", "02_ps_async", notebook_bytes)   # Receipt(..., late=False)
-    store.collect("02_ps_async", dest)      # dest/<student>/02_ps_async/02_ps_async.ipynb + timestamp.txt
+    store.collect("02_ps_async", dest)      # dest/<key>/02_ps_async/02_ps_async.ipynb + timestamp.txt
     store.put_feedback("alice", "02_ps_async", "02_ps_async.html", html)
     store.feedback("alice", "02_ps_async")  # {"02_ps_async.html": b"..."}: hers only
 
@@ -13,33 +13,49 @@ Who is who is the caller's business (the service takes it from the Hub's token, 
 the request); this module only keeps each student's files apart and never lets a name or a
 lab reach outside its folder. Layout, every folder mode 700:
 
-    <root>/submitted/<student>/<lab>/<stamp>/<lab>.ipynb    one folder per hand-in, kept
-    <root>/feedback/<student>/<lab>/<file>.html             replaced by each return
+    <root>/submitted/<key>/<lab>/<stamp>/<lab>.ipynb     one folder per hand-in
+    <root>/submitted/<key>/<lab>/<stamp>/receipt.json    what the student was told, read back
+    <root>/feedback/<key>/<lab>/<file>.html              replaced by each return
+    <root>/incoming/                                     bodies on their way in (the service's)
 
-``<stamp>`` is the service's UTC clock when the hand-in arrived (a student cannot set it),
-as ``20261126T081500.123456Z``; late means after the lab's due time.
+``<key>`` is the student's name as a folder name (:func:`safe_name`); ``<stamp>`` is the
+service's UTC clock when the hand-in arrived (a student cannot set it), as
+``20261126T081500.123456Z``; late means after the lab's due time. A hand-in exists once its
+``receipt.json`` does: both files and their folder are on disk (``fsync``) before it is written,
+and it is written before the student is answered, so a receipt a student holds names a file
+that survives a crash.
+
+Limits, so that one student cannot stop another from handing in: each student keeps their last
+:attr:`Store.keep` hand-ins of a lab, plus their last on-time one and their first late one (what
+a late policy needs), and at most :attr:`Store.quota` bytes in all; nothing is taken once the
+disk's free space would fall below :attr:`Store.min_free` (507, which says so).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime, timedelta
 from hashlib import sha256
 from pathlib import Path
 
 __all__ = [
     "Store",
     "Receipt",
+    "Incoming",
     "HandInError",
     "MAX_NOTEBOOK_BYTES",
     "MAX_FEEDBACK_BYTES",
+    "MAX_ELEMENTS",
+    "check_notebook",
     "safe_name",
     "student_of",
+    "valid_key",
     "write_submission",
 ]
 
@@ -48,9 +64,19 @@ __all__ = [
 MAX_NOTEBOOK_BYTES = 20 * 2**20
 #: A feedback page larger than this is refused.
 MAX_FEEDBACK_BYTES = 20 * 2**20
+#: JSON elements (values in lists, members of objects, containers) a notebook may hold: what
+#: bounds the memory its parsing takes (about 40 bytes each at most, measured), whatever its
+#: size. A lab notebook with every output holds a few thousand; a long training log, tens of
+#: thousands.
+MAX_ELEMENTS = 500_000
 _STAMP = "%Y%m%dT%H%M%S.%fZ"
 _LAB = re.compile(r"^[0-9]{2}_[a-z0-9_]+$")
 _FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,120}\.html$")
+_KEY = re.compile(r"^(?!\.)(?:[A-Za-z0-9_@+.-]|%[0-9A-F]{2})+(?:~[0-9a-f]{16})?$")
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+#: A folder name longer than this (bytes) is cut, and the cut marked by a hash of the whole name.
+_KEY_BYTES = 120
+RECEIPT = "receipt.json"
 
 
 class HandInError(ValueError):
@@ -63,7 +89,7 @@ class HandInError(ValueError):
 
 @dataclass(frozen=True)
 class Receipt:
-    """One hand-in, as the store keeps it."""
+    """One hand-in, as the store keeps it (and as the student was told)."""
 
     student: str
     lab: str
@@ -76,13 +102,19 @@ class Receipt:
     def time(self) -> datetime:
         return datetime.strptime(self.stamp, _STAMP).replace(tzinfo=UTC)
 
+    @property
+    def key(self) -> str:
+        """The student's folder name: how the instructor's routes and ``collect`` name them."""
+        return safe_name(self.student)
+
     def to_json(self) -> dict:
-        return {**asdict(self), "time": self.time.isoformat()}
+        return {**asdict(self), "time": self.time.isoformat(), "key": self.key}
 
     @classmethod
     def from_json(cls, data: dict) -> Receipt:
-        """The receipt :meth:`to_json` wrote (its ``time`` is derived from the stamp)."""
-        return cls(**{k: v for k, v in data.items() if k != "time"})
+        """The receipt :meth:`to_json` wrote (``time`` and ``key`` are derived)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
     def __repr__(self) -> str:  # what a notebook shows under hand_in(): one line, not the fields
         when = self.time.strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -91,133 +123,354 @@ class Receipt:
 
 def safe_name(name: str) -> str:
     """A Hub user name as a folder name: letters, digits and ``._@+-`` kept, anything else
-    (``/``, spaces, non-ASCII) as ``%XX`` of its UTF-8 bytes; never ``.``-led."""
+    (``/``, spaces, ``%``, ``~``, non-ASCII) as ``%XX`` of its UTF-8 bytes; never ``.``-led.
+    A name whose folder name would pass 120 bytes keeps a readable head and ``~`` plus a hash
+    of the whole name (file systems refuse names over 255 bytes); its receipts keep the name."""
     if not isinstance(name, str) or not name:
         raise HandInError(f"a student name must be a non-empty string, got {name!r}")
     out = "".join(
         c if c.isascii() and (c.isalnum() or c in "_@+-.") else "".join(f"%{b:02X}" for b in c.encode()) for c in name
     )
-    return "%2E" + out[1:] if out.startswith(".") else out
+    out = "%2E" + out[1:] if out.startswith(".") else out
+    if len(out) > _KEY_BYTES:
+        head = out[: _KEY_BYTES - 17]
+        head = re.sub(r"%[0-9A-F]?$", "", head)  # never half an escape
+        out = f"{head}~{sha256(name.encode()).hexdigest()[:16]}"
+    return out
 
 
 def student_of(folder: str) -> str:
-    """The student name :func:`safe_name` made ``folder`` from."""
-    return re.sub(rb"%([0-9A-F]{2})", lambda m: bytes([int(m.group(1), 16)]), folder.encode()).decode()
+    """The student name :func:`safe_name` made ``folder`` from (a cut name: its readable head;
+    the whole name is in its receipts)."""
+    return re.sub(rb"%([0-9A-F]{2})", lambda m: bytes([int(m.group(1), 16)]), folder.split("~")[0].encode()).decode(
+        "utf-8", "replace"
+    )
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+def valid_key(key: str) -> str:
+    """``key`` if it is a folder name :func:`safe_name` can make, else HandInError (404)."""
+    if not isinstance(key, str) or not _KEY.match(key) or len(key) > _KEY_BYTES:
+        raise HandInError(f"no student folder {key!r}", 404)
+    return key
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durable(path: Path, data: bytes) -> None:
+    """``data`` as ``path``, on disk before this returns: a temporary file written and synced,
+    renamed into place, and its folder synced."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
+
+
+def _disk_full(exc: OSError) -> HandInError:
+    return HandInError(
+        f"the hand-in store has no room left ({exc.strerror}): nothing was kept; tell your instructor", 507
+    )
+
+
+def count_elements(data: bytes) -> int:
+    """How many JSON elements ``data`` holds, at most: separators and containers, first counted
+    in the raw bytes (an upper bound, at C speed), and outside strings only where that bound is
+    above :data:`MAX_ELEMENTS`."""
+    marks = b",:{["
+    upper = sum(data.count(bytes([m])) for m in marks)
+    if upper <= MAX_ELEMENTS:
+        return upper
+    bare = _STRING.sub(b'""', data)
+    return sum(bare.count(bytes([m])) for m in marks)
 
 
 def check_notebook(data: bytes) -> None:
-    """Refuse what cannot be a notebook: too large, not JSON, or no list of cells. (What is in
-    the cells is the grader's business: it grades anything, flagging what it must.)"""
+    """Refuse what cannot be a notebook: empty, too large, too many elements to parse within the
+    service's memory, not JSON (or nested past the parser's depth), or no list of cells. (What is
+    in the cells is the grader's business: it grades anything, flagging what it must.)"""
+    if not data.strip():
+        raise HandInError("the file is empty: an empty file is not a hand-in (save the notebook, then hand it in)")
     if len(data) > MAX_NOTEBOOK_BYTES:
         raise HandInError(
             f"the notebook is {len(data) / 2**20:.1f} MB, above the {MAX_NOTEBOOK_BYTES // 2**20} MB a hand-in may be: "
             "clear the outputs of the largest cells (Edit > Clear Outputs), save, and hand in again",
             413,
         )
+    n = count_elements(data)
+    if n > MAX_ELEMENTS:
+        raise HandInError(
+            f"the notebook holds {n:,} JSON elements, above the {MAX_ELEMENTS:,} a hand-in may hold: clear the "
+            "outputs of the cells that print the most (Edit > Clear Outputs), save, and hand in again",
+            413,
+        )
     try:
         nb = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise HandInError(f"this is not a notebook file (not JSON: {exc})") from None
+    except RecursionError:
+        raise HandInError("this is not a notebook file (JSON nested deeper than a notebook is)") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise HandInError("this is not a notebook file (no list of cells)")
 
 
+class Incoming:
+    """A body on its way in, written to the store's disk as it arrives (never held in memory),
+    hashed as it goes. ``discard()`` when it is not kept."""
+
+    def __init__(self, folder: Path, limit: int):
+        self.limit, self.size, self._hash, self.kept = limit, 0, sha256(), False
+        fd, name = tempfile.mkstemp(dir=folder, prefix="body-")
+        self.path, self._file = Path(name), os.fdopen(fd, "wb")
+
+    def write(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise HandInError(f"the body passes {self.limit // 2**20} MB, the most a hand-in may be", 413)
+        self._hash.update(chunk)
+        try:
+            self._file.write(chunk)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise _disk_full(exc) from None
+            raise
+
+    @property
+    def sha256(self) -> str:
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+    def discard(self) -> None:
+        """Remove the body unless the store kept it (then it is a hand-in, elsewhere)."""
+        if not self._file.closed:
+            self._file.close()
+        if not self.kept:
+            self.path.unlink(missing_ok=True)
+
+
 class Store:
     """Hand-ins and feedback under ``root``; ``due`` maps each lab that may be handed in to its
-    due time (aware datetime) or None (no due time)."""
+    due time (aware datetime) or None (no due time). ``keep``: hand-ins kept per student and
+    lab (besides the last on-time and first late one); ``quota``: bytes a student's kept hand-ins
+    may hold in all; ``min_free``: bytes of disk that a hand-in may not take."""
 
-    def __init__(self, root: str | os.PathLike, due: dict[str, datetime | None]):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        due: dict[str, datetime | None],
+        *,
+        keep: int = 5,
+        quota: int = 200 * 2**20,
+        min_free: int = 256 * 2**20,
+    ):
         bad = [lab for lab in due if not _LAB.match(lab)]
         if bad:
             raise ValueError(f"lab names look like 02_ps_async; got {bad}")
         naive = [lab for lab, t in due.items() if t is not None and t.tzinfo is None]
         if naive:
             raise ValueError(f"due times need a time zone (e.g. 2026-12-01T23:59:00+01:00); naive for {naive}")
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep}")
         self.root, self.due = Path(root), dict(due)
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.root, 0o700)
+        self.keep, self.quota, self.min_free = keep, quota, min_free
+        for folder in (self.root, self.root / "incoming"):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(folder, 0o700)
+        for stale in (self.root / "incoming").iterdir():  # bodies a stopped service was receiving
+            stale.unlink(missing_ok=True)
 
     def _lab(self, lab: str) -> str:
         if lab not in self.due:
             raise HandInError(f"no lab {lab!r} is open for hand-in; open: {', '.join(sorted(self.due)) or 'none'}", 404)
         return lab
 
-    def _folder(self, kind: str, student: str, lab: str) -> Path:
-        return self.root / kind / safe_name(student) / self._lab(lab)
+    def _folder(self, kind: str, key: str, lab: str) -> Path:
+        return self.root / kind / valid_key(key) / self._lab(lab)
+
+    # ---------------------------------------------------------------- room
+    def room_for(self, size: int) -> None:
+        """HandInError 507 unless ``size`` more bytes leave :attr:`min_free` free."""
+        free = shutil.disk_usage(self.root).free
+        if free - size < self.min_free:
+            raise HandInError(
+                f"the hand-in store is nearly full ({free / 2**20:.0f} MB free): nothing was kept. "
+                "Tell your instructor; hand in again once they have made room",
+                507,
+            )
+
+    def incoming(self, limit: int = MAX_NOTEBOOK_BYTES) -> Incoming:
+        """A new body to receive (the service streams each hand-in into one)."""
+        return Incoming(self.root / "incoming", limit)
 
     # ---------------------------------------------------------------- hand-ins
     def hand_in(self, student: str, lab: str, data: bytes, now: datetime | None = None) -> Receipt:
         """Keep ``data`` as ``student``'s hand-in of ``lab``, stamped with ``now`` (the service's
-        clock); earlier hand-ins are kept too."""
-        folder = self._folder("submitted", student, lab)
-        check_notebook(data)
-        now = (now or datetime.now(UTC)).astimezone(UTC)
-        stamp = now.strftime(_STAMP)
-        _write_atomic(folder / stamp / f"{lab}.ipynb", data)
-        return self._receipt(student, lab, folder / stamp)
+        clock); returns the receipt once it is on disk."""
+        body = self.incoming()
+        try:
+            body.write(data)
+            body.close()
+            return self.hand_in_body(student, lab, body, now)
+        finally:
+            body.discard()
 
-    def _receipt(self, student: str, lab: str, folder: Path) -> Receipt:
-        data = (folder / f"{lab}.ipynb").read_bytes()
-        stamp = folder.name
+    def hand_in_body(self, student: str, lab: str, body: Incoming, now: datetime | None = None) -> Receipt:
+        """Keep a received body (:meth:`incoming`) as ``student``'s hand-in of ``lab``."""
+        key, lab = safe_name(student), self._lab(lab)
+        body.close()
+        check_notebook(body.path.read_bytes())
+        self.room_for(body.size)
+        self._within_quota(student, body.size)
+        now = (now or datetime.now(UTC)).astimezone(UTC)
+        folder = self._folder("submitted", key, lab)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        while True:  # one folder per arrival, even two in the same microsecond
+            stamp = folder / now.strftime(_STAMP)
+            try:
+                stamp.mkdir(mode=0o700)
+                break
+            except FileExistsError:
+                now += timedelta(microseconds=1)
+        receipt = Receipt(student, lab, stamp.name, body.sha256, body.size, self._late(lab, now))
+        try:
+            os.replace(body.path, stamp / f"{lab}.ipynb")
+            body.kept = True
+            _fsync_dir(stamp)
+            _write_durable(stamp / RECEIPT, json.dumps(asdict(receipt)).encode())
+            _fsync_dir(folder)
+        except OSError as exc:
+            shutil.rmtree(stamp, ignore_errors=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise _disk_full(exc) from None
+            raise
+        self._prune(key, lab)
+        return receipt
+
+    def _late(self, lab: str, when: datetime) -> bool:
         due = self.due.get(lab)
-        late = due is not None and datetime.strptime(stamp, _STAMP).replace(tzinfo=UTC) > due
-        return Receipt(student, lab, stamp, sha256(data).hexdigest(), len(data), late)
+        return due is not None and when > due
+
+    def _within_quota(self, student: str, size: int) -> None:
+        key = safe_name(student)
+        base = self.root / "submitted" / key
+        used = sum(r.size for lab in self.due for r in self._receipts(key, lab)) if base.is_dir() else 0
+        if used + size > self.quota:
+            raise HandInError(
+                f"your kept hand-ins hold {used / 2**20:.1f} MB; this one ({size / 2**20:.1f} MB) would pass the "
+                f"{self.quota / 2**20:.0f} MB each student may keep. Clear large outputs and hand in again",
+                413,
+            )
+
+    def _prune(self, key: str, lab: str) -> None:
+        """Keep the last :attr:`keep`, the last on-time and the first late hand-in; remove the rest."""
+        receipts = self._receipts(key, lab)
+        kept = set(r.stamp for r in receipts[-self.keep :])
+        on_time = [r for r in receipts if not r.late]
+        late = [r for r in receipts if r.late]
+        kept |= {on_time[-1].stamp} if on_time else set()
+        kept |= {late[0].stamp} if late else set()
+        folder = self._folder("submitted", key, lab)
+        for r in receipts:
+            if r.stamp not in kept:
+                shutil.rmtree(folder / r.stamp)
+
+    def _receipts(self, key: str, lab: str) -> list[Receipt]:
+        """The receipts kept for ``key``'s hand-ins of ``lab``, oldest first (a folder without
+        one is a hand-in that never completed, and is not counted)."""
+        folder = self._folder("submitted", key, lab)
+        if not folder.is_dir():
+            return []
+        out = []
+        for stamp in sorted(p for p in folder.iterdir() if p.is_dir()):
+            try:
+                out.append(Receipt.from_json(json.loads((stamp / RECEIPT).read_bytes())))
+            except FileNotFoundError:
+                continue
+        return out
 
     def hand_ins(self, student: str, lab: str) -> list[Receipt]:
-        """``student``'s hand-ins of ``lab``, oldest first."""
-        folder = self._folder("submitted", student, lab)
-        stamps = sorted(p for p in folder.iterdir() if (p / f"{lab}.ipynb").is_file()) if folder.is_dir() else []
-        return [self._receipt(student, lab, p) for p in stamps]
+        """``student``'s kept hand-ins of ``lab``, oldest first."""
+        return self._receipts(safe_name(student), lab)
 
-    def students(self, lab: str) -> list[str]:
-        """Everyone who handed ``lab`` in."""
+    def keys(self, lab: str) -> list[str]:
+        """The folder of everyone who handed ``lab`` in."""
         self._lab(lab)
         base = self.root / "submitted"
-        found = [student_of(p.name) for p in base.iterdir() if (p / lab).is_dir()] if base.is_dir() else []
-        return sorted(s for s in found if self.hand_ins(s, lab))
+        found = [p.name for p in base.iterdir() if _KEY.match(p.name) and (p / lab).is_dir()] if base.is_dir() else []
+        return sorted(k for k in found if self._receipts(k, lab))
 
-    def latest(self, student: str, lab: str) -> tuple[Receipt, bytes] | None:
-        """``student``'s last hand-in of ``lab`` and its bytes, or None."""
-        receipts = self.hand_ins(student, lab)
+    def students(self, lab: str) -> list[str]:
+        """Everyone who handed ``lab`` in, by name (from their receipts)."""
+        return sorted(self._receipts(k, lab)[-1].student for k in self.keys(lab))
+
+    def latest_of(self, key: str, lab: str) -> tuple[Receipt, bytes] | None:
+        """The last hand-in of ``lab`` in folder ``key`` and its bytes, or None."""
+        receipts = self._receipts(key, lab)
         if not receipts:
             return None
         last = receipts[-1]
-        return last, (self._folder("submitted", student, lab) / last.stamp / f"{lab}.ipynb").read_bytes()
+        return last, (self._folder("submitted", key, lab) / last.stamp / f"{lab}.ipynb").read_bytes()
+
+    def latest(self, student: str, lab: str) -> tuple[Receipt, bytes] | None:
+        """``student``'s last hand-in of ``lab`` and its bytes, or None."""
+        return self.latest_of(safe_name(student), lab)
+
+    def index(self, lab: str) -> list[Receipt]:
+        """Each student's last receipt for ``lab`` (what ``collect`` fetches)."""
+        return [self._receipts(k, lab)[-1] for k in self.keys(lab)]
 
     def collect(self, lab: str, dest: str | os.PathLike) -> list[Receipt]:
-        """Each student's last hand-in of ``lab`` into ``dest/<student>/<lab>/<lab>.ipynb``, the
+        """Each student's last hand-in of ``lab`` into ``dest/<key>/<lab>/<lab>.ipynb``, the
         layout ``make autograde SUBMISSIONS=dest`` grades, with nbgrader's ``timestamp.txt``."""
         out = []
-        for student in self.students(lab):
-            receipt, data = self.latest(student, lab)
+        for key in self.keys(lab):
+            receipt, data = self.latest_of(key, lab)
             write_submission(Path(dest), receipt, data)
             out.append(receipt)
         return out
 
     # ---------------------------------------------------------------- feedback
-    def put_feedback(self, student: str, lab: str, name: str, data: bytes) -> None:
-        """Return feedback page ``name`` to ``student`` (replacing one of the same name)."""
+    def put_feedback_of(self, key: str, lab: str, name: str, data: bytes) -> None:
+        """Return feedback page ``name`` to the student of folder ``key`` (replacing one of the
+        same name); only a student who handed ``lab`` in has a folder to return to."""
         if not _FILE.match(name or ""):
             raise HandInError(f"a feedback file is a plain .html name, got {name!r}")
         if len(data) > MAX_FEEDBACK_BYTES:
             raise HandInError(f"feedback page {name} is {len(data)} bytes, above {MAX_FEEDBACK_BYTES}", 413)
-        _write_atomic(self._folder("feedback", student, lab) / name, data)
+        if not self._receipts(key, lab):
+            raise HandInError(f"{student_of(key)!r} ({key}) has not handed in {lab}: no feedback to return", 404)
+        folder = self._folder("feedback", key, lab)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            _write_durable(folder / name, data)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise _disk_full(exc) from None
+            raise
+
+    def put_feedback(self, student: str, lab: str, name: str, data: bytes) -> None:
+        """Return feedback page ``name`` to ``student``."""
+        self.put_feedback_of(safe_name(student), lab, name, data)
 
     def feedback(self, student: str, lab: str) -> dict[str, bytes]:
         """The feedback pages returned to ``student`` for ``lab`` (none yet: empty)."""
-        folder = self._folder("feedback", student, lab)
+        folder = self._folder("feedback", safe_name(student), lab)
         if not folder.is_dir():
             return {}
         return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if _FILE.match(p.name) and p.is_file()}
@@ -228,9 +481,9 @@ class Store:
 
 
 def write_submission(dest: Path, receipt: Receipt, data: bytes) -> Path:
-    """``data`` as ``dest/<student>/<lab>/<lab>.ipynb`` with nbgrader's ``timestamp.txt``
+    """``data`` as ``dest/<key>/<lab>/<lab>.ipynb`` with nbgrader's ``timestamp.txt``
     (the service's arrival time); returns the notebook's path."""
-    folder = dest / safe_name(receipt.student) / receipt.lab
+    folder = dest / valid_key(receipt.key) / receipt.lab
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{receipt.lab}.ipynb"
     path.write_bytes(data)

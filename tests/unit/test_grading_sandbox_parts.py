@@ -224,6 +224,28 @@ def test_a_sandbox_reads_its_working_set_and_private_memory(tmp_path):
     assert box.working_set_bytes() is None  # closed: no cgroup left to read
 
 
+def test_a_sandbox_found_again_from_its_state_kills_what_it_holds_and_goes(tmp_path):
+    """A Hub restarted while a student's server runs: its spawner finds the cgroup from its
+    state, and the server's end removes it; a state this code did not write is not adopted."""
+    if sandbox.cgroup_support() is None:
+        pytest.skip("needs root and cgroups")
+    box = sandbox.Sandbox("adopt-check", memory_mb=64, cpus=0.5, max_processes=8, prefix="labhub")
+    try:
+        proc = box.start([sys.executable, "-c", "import time; time.sleep(300)"], log=tmp_path / "log")
+        state = json.loads(json.dumps(box.state()))  # as the Hub's database keeps it
+        found = sandbox.Sandbox.adopt(state, prefix="labhub")
+        assert found is not None and found.members() == [proc.pid]
+        found.close()
+        assert proc.wait(30) is not None and not any(Path(d).exists() for d in state["dirs"])
+        assert sandbox.Sandbox.adopt(state, prefix="labhub") is None  # gone: nothing to adopt
+        forged = {**state, "dirs": ["/etc"], "name": "labhub-x"}
+        assert sandbox.Sandbox.adopt(forged, prefix="labhub") is None
+        assert sandbox.Sandbox.adopt({**state, "name": "labgrade-x"}, prefix="labhub") is None
+    finally:
+        box._proc = None
+        box.close()
+
+
 def test_a_quota_above_the_grader_caps_the_sandbox_quota(tmp_path):
     """A child cgroup's quota may not exceed its parent's (the kernel answers EINVAL): under a
     grader held to 0.8 cores (make test-slow, a Slurm job), a 2-core sandbox gets 0.8."""

@@ -183,3 +183,256 @@ def test_without_a_hub_the_student_is_told_there_is_no_service(tmp_path, monkeyp
     assert "no hand-in service here (LABS_HANDIN_URL and JUPYTERHUB_API_TOKEN unset)" in capsys.readouterr().out
     with pytest.raises(client.HandInRefused, match="no hand-in service here"):
         client.feedback("01_single_node")
+
+
+# ---------------------------------------------------------------- a hostile class at a deadline
+def test_a_receipt_is_kept_on_disk_before_the_answer_and_read_back_never_recomputed(store, monkeypatch):
+    import os
+
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    receipt = store.hand_in("alice", "01_single_node", NB)
+    stamp = store.root / "submitted" / "alice" / "01_single_node" / receipt.stamp
+    # the notebook's bytes, its folder, the receipt and the lab's folder: all synced before the answer
+    assert any(p.startswith(str(store.root / "incoming")) for p in synced)  # the body, before its rename
+    assert str(stamp) in synced and str(stamp.parent) in synced
+    assert json.loads((stamp / "receipt.json").read_text())["sha256"] == receipt.sha256
+    (stamp / "01_single_node.ipynb").write_bytes(b"changed on disk")
+    assert store.hand_ins("alice", "01_single_node") == [receipt]  # what the student was told, not a new hash
+    (stamp / "receipt.json").unlink()  # a hand-in that never completed is not one
+    assert store.hand_ins("alice", "01_single_node") == []
+
+
+@pytest.mark.parametrize(
+    "data, status, why",
+    [
+        (b"", 400, "an empty file is not a hand-in"),
+        (b"  \n", 400, "an empty file is not a hand-in"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, "nested deeper than a notebook"),
+        (b'{"cells": [' + b",".join([b"{}"] * 300_000) + b"]}", 413, "JSON elements"),
+    ],
+)
+def test_what_would_crash_or_swell_the_service_is_refused_with_a_reason(store, data, status, why):
+    with pytest.raises(HandInError, match=why) as caught:
+        store.hand_in("alice", "01_single_node", data)
+    assert caught.value.status == status
+    assert store.hand_ins("alice", "01_single_node") == [] and not list((store.root / "incoming").iterdir())
+
+
+def test_a_notebook_with_many_commas_in_its_text_is_taken(store):
+    text = "a, b, c: [d], {e}\n" * 60_000  # a long printed log: its marks are inside strings
+    nb = json.dumps({"cells": [{"cell_type": "code", "source": "", "outputs": [{"text": text}]}]}).encode()
+    assert store.hand_in("alice", "01_single_node", nb).size == len(nb)
+
+
+def test_each_student_keeps_the_last_few_and_the_hand_ins_a_late_policy_needs(tmp_path):
+    store = Store(tmp_path / "s", {"02_ps_async": DUE}, keep=2)
+    on_time = [store.hand_in("eve", "02_ps_async", NB, now=DUE - timedelta(hours=h)) for h in (3, 2, 1)]
+    late = [store.hand_in("eve", "02_ps_async", NB, now=DUE + timedelta(hours=h)) for h in (1, 2, 3, 4)]
+    kept = store.hand_ins("eve", "02_ps_async")
+    # the last two, the last on-time one and the first late one; the rest removed from disk
+    assert kept == [on_time[-1], late[0], late[-2], late[-1]]
+    assert len(list((store.root / "submitted" / "eve" / "02_ps_async").iterdir())) == 4
+
+
+def test_a_student_over_their_quota_or_a_nearly_full_disk_is_told_why_and_nothing_is_kept(tmp_path, monkeypatch):
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    store = Store(tmp_path / "s", {"01_single_node": None, "02_ps_async": None}, quota=3 * len(NB))
+    for lab in ("01_single_node", "02_ps_async", "02_ps_async"):
+        store.hand_in("mallory", lab, NB)
+    with pytest.raises(HandInError, match="would pass the") as caught:
+        store.hand_in("mallory", "01_single_node", NB)
+    assert caught.value.status == 413
+    assert len(store.hand_in("alice", "01_single_node", NB).sha256) == 64  # others are not held up
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 100 * 2**20, 100 * 2**20))
+    with pytest.raises(HandInError, match="nearly full") as caught:
+        store.hand_in("alice", "02_ps_async", NB)
+    assert caught.value.status == 507
+    monkeypatch.undo()
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("lab_utils.hub.store._write_durable", full)
+    with pytest.raises(HandInError, match="no room left") as caught:
+        store.hand_in("alice", "02_ps_async", NB)
+    assert caught.value.status == 507
+    assert store.hand_ins("alice", "02_ps_async") == [] and not list((store.root / "incoming").iterdir())
+    assert not list((store.root / "submitted" / "alice" / "02_ps_async").iterdir())  # no half hand-in
+
+
+def test_long_and_look_alike_names_get_folders_of_their_own(store, tmp_path):
+    long_a, long_b = "学" * 30 + "甲", "学" * 30 + "乙"  # 270 bytes escaped: cut, and told apart by a hash
+    names = [long_a, long_b, "eveA", "eve%41", "a b", "a%20b", "x~y"]
+    keys = [safe_name(n) for n in names]
+    assert len(set(keys)) == len(names)
+    assert all(len(k.encode()) <= 120 and "/" not in k for k in keys)
+
+    def nb(name):
+        return json.dumps({"cells": [], "metadata": {"who": name}}).encode()
+
+    for name in names:
+        store.hand_in(name, "01_single_node", nb(name))
+    assert sorted(store.students("01_single_node")) == sorted(names)
+    got = {r.student: r for r in store.collect("01_single_node", tmp_path / "sub")}
+    for name in names:
+        path = tmp_path / "sub" / got[name].key / "01_single_node" / "01_single_node.ipynb"
+        assert path.read_bytes() == nb(name)
+        store.put_feedback_of(got[name].key, "01_single_node", "f.html", name.encode())
+    assert all(store.feedback(n, "01_single_node") == {"f.html": n.encode()} for n in names)
+
+
+def test_feedback_goes_only_to_a_student_who_handed_in(store):
+    with pytest.raises(HandInError, match="has not handed in") as caught:
+        store.put_feedback("nobody", "01_single_node", "f.html", b"<p>")
+    assert caught.value.status == 404
+
+
+def _send_head(url: str, method: str, path: str, headers: dict, first: bytes = b""):
+    """A socket that sent ``method path`` with ``headers`` and the first bytes of a body; what
+    the service answers before the rest comes (or b"" when it closed without a word)."""
+    import socket
+    from urllib.parse import urlparse
+
+    where = urlparse(url)
+    sock = socket.create_connection((where.hostname, where.port), timeout=20)
+    head = f"{method} {where.path}api/{path} HTTP/1.1\r\nHost: x\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in headers.items()
+    )
+    sock.sendall(head.encode() + b"\r\n" + first)
+    return sock
+
+
+def _answer(sock) -> bytes:
+    out = b""
+    try:
+        while chunk := sock.recv(65536):
+            out += chunk
+    except (ConnectionResetError, TimeoutError):
+        pass
+    finally:
+        sock.close()
+    return out
+
+
+def test_a_body_is_refused_before_it_is_read_without_a_token_or_above_the_limit(service):
+    big = str(60 * 2**20)
+    anonymous = _send_head(service, "POST", "hand-ins/01_single_node", {"Content-Length": big}, b"x" * 65536)
+    reply = _answer(anonymous)  # answered, and closed, with 59.9 MB still unsent
+    assert reply.startswith(b"HTTP/1.1 401") and b"send your Hub token" in reply
+    stranger = _send_head(
+        service,
+        "PUT",
+        "feedback/01_single_node/alice/f.html",
+        {"Content-Length": big, "Authorization": "token t-alice"},
+    )
+    assert _answer(stranger).startswith(b"HTTP/1.1 403")  # a student returns no feedback, and sends no body
+    student = _send_head(
+        service, "POST", "hand-ins/01_single_node", {"Content-Length": big, "Authorization": "token t-alice"}, b"{"
+    )
+    reply = _answer(student)
+    assert reply.startswith(b"HTTP/1.1 413") and b"above the 20 MB" in reply
+
+
+def test_a_student_who_floods_is_slowed_and_others_are_not(service, tmp_path):
+    nb = tmp_path / "01_single_node.ipynb"
+    nb.write_bytes(NB)
+    for _ in range(6):
+        client.hand_in(nb, url=service, token="t-bob")
+    with pytest.raises(client.HandInRefused, match="429.*6 hand-ins in the last minute"):
+        client.hand_in(nb, url=service, token="t-bob")
+    assert client.hand_in(nb, url=service, token="t-alice").student == "alice"
+
+
+def test_disk_work_runs_off_the_event_loop(service, store, tmp_path, monkeypatch):
+    """A hand-in held up on disk holds up no other request."""
+    nb = tmp_path / "01_single_node.ipynb"
+    nb.write_bytes(NB)
+    entered, release = threading.Event(), threading.Event()
+    real = store.hand_in_body
+
+    def slow(*a, **k):
+        entered.set()
+        assert release.wait(60)
+        return real(*a, **k)
+
+    monkeypatch.setattr(store, "hand_in_body", slow)
+    done = {}
+    worker = threading.Thread(target=lambda: done.setdefault("r", client.hand_in(nb, url=service, token="t-alice")))
+    worker.start()
+    assert entered.wait(30)
+    try:
+        assert client.whoami(url=service, token="t-bob")["user"] == "bob"  # answered while the hand-in waits
+    finally:
+        release.set()
+        worker.join(60)
+    assert done["r"].student == "alice"
+
+
+def test_look_alike_names_are_collected_and_returned_to_the_right_student(store, tmp_path):
+    """``eveA`` and ``eve%41``: each one's notebook collected, each one's feedback theirs."""
+    import asyncio
+
+    access = "access:services!service=handin"
+    users = {
+        f"t-{n.encode().hex()}": {"kind": "user", "name": n, "scopes": [access]} for n in ("eveA", "eve%41", "学" * 30)
+    }
+    users["t-prof"] = {"kind": "user", "name": "prof", "scopes": [access, GRADE_SCOPE]}
+    started, box = threading.Event(), {}
+
+    def serve():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        server = make_app(store, FakeHubAuth(users)).listen(0, "127.0.0.1")
+        box["port"], box["loop"] = next(iter(server._sockets.values())).getsockname()[1], loop
+        started.set()
+        loop.run_forever()
+        server.stop()
+        loop.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(30)
+    url = f"http://127.0.0.1:{box['port']}/services/handin/"
+    try:
+        for token, user in users.items():
+            if user["name"] != "prof":
+                path = tmp_path / token / "01_single_node.ipynb"
+                path.parent.mkdir()
+                path.write_text(json.dumps({"cells": [], "metadata": {"who": user["name"]}}))
+                client.hand_in(path, url=url, token=token)
+        got = client.collect("01_single_node", tmp_path / "sub", url=url, token="t-prof")
+        for r in got:
+            data = json.loads((tmp_path / "sub" / r.key / "01_single_node" / "01_single_node.ipynb").read_text())
+            assert data["metadata"]["who"] == r.student
+            page = tmp_path / "fb" / r.key / "01_single_node" / "01_single_node.html"
+            page.parent.mkdir(parents=True)
+            page.write_text(f"<p>for {r.student}</p>")
+        assert sorted(r.student for r in got) == sorted(u["name"] for u in users.values() if u["name"] != "prof")
+        client.return_feedback("01_single_node", tmp_path / "fb", url=url, token="t-prof")
+        for token, user in users.items():
+            if user["name"] != "prof":
+                pages = client.feedback("01_single_node", tmp_path / "mine" / token, url=url, token=token)
+                assert [p.read_text() for p in pages] == [f"<p>for {user['name']}</p>"]
+    finally:
+        box["loop"].call_soon_threadsafe(box["loop"].stop)
+        thread.join(30)
+
+
+def test_two_users_never_share_a_servers_cgroup():
+    from lab_utils.hub.spawner import sandbox_name
+
+    names = ["a b", "a_20b", "a_b", "a/b", "学" * 30, "学" * 31]
+    got = [sandbox_name(n) for n in names]
+    assert len(set(got)) == len(names) and all("/" not in g and len(g) < 40 for g in got)
