@@ -48,9 +48,9 @@ student-repo: setup  ## write (or update) DEST=path: the public student reposito
 	@[ -n "$(DEST)" ] || { echo "make student-repo: give DEST=path (a new folder, or one it wrote before)" >&2; exit 2; }
 	$(PY) -m lab_utils.grading --root $(COURSE) student-repo "$(DEST)"
 
-autograde: setup  ## grade SUBMISSIONS=folder (<student>/<lab>/<lab>.ipynb), each in a sandbox, in parallel, resumable (JOBS=, REGRADE=1; SLURM=1: as Slurm job arrays)
+autograde: setup  ## grade SUBMISSIONS=folder (<student>/<lab>/<lab>.ipynb), each in a sandbox, in parallel, resumable (JOBS=, REGRADE=1; SLURM=1: as Slurm job arrays; UNSAFE_NO_SANDBOX=1: grade without root, as you)
 	@test -n "$(SUBMISSIONS)" || { echo "autograde: give the folder of submissions: make autograde SUBMISSIONS=path (<student>/<lab>/<lab>.ipynb)" >&2; exit 2; }
-	$(PY) -m lab_utils.grading --root $(COURSE) autograde $(SUBMISSIONS) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 1,$(REGRADE)),--regrade) $(if $(filter 1,$(SLURM)),--slurm)
+	$(PY) -m lab_utils.grading --root $(COURSE) autograde $(SUBMISSIONS) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 1,$(REGRADE)),--regrade) $(if $(filter 1,$(SLURM)),--slurm) $(if $(filter 1,$(UNSAFE_NO_SANDBOX)),--unsafe-no-sandbox)
 
 grades: setup  ## export the gradebook to grading/grades.csv (LMS=canvas or moodle: grading/<lms>.csv for that LMS's import)
 	$(PY) -m lab_utils.grading --root $(COURSE) export $(if $(LMS),--lms $(LMS) --csv $(COURSE)/$(LMS).csv,--csv $(COURSE)/grades.csv)

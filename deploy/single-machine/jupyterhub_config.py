@@ -9,7 +9,11 @@
 #   LABS_INSTRUCTORS    the instructors' user names, commas between (they collect and return feedback)
 #   LABS_HUB_URL        this Hub's address as the students' servers reach it          http://127.0.0.1:8000
 #   LABS_HANDIN_PORT    the hand-in service's port, on loopback (behind the Hub's proxy)  10101
+#   LABS_HANDIN_USER    the account the hand-in service runs as, which owns the store     labs-handin
+#                       (make it: deploy/README.md; empty: the Hub's own user, root: not advised)
+#   LABS_HANDIN_PYTHON  the interpreter it runs, which that account can reach            this one
 import os
+import pwd
 import sys
 
 c = get_config()  # noqa: F821 (JupyterHub's config loader defines it)
@@ -21,6 +25,17 @@ labs = os.environ.get(
 instructors = [u for u in os.environ.get("LABS_INSTRUCTORS", "").split(",") if u]
 hub_url = os.environ.get("LABS_HUB_URL", "http://127.0.0.1:8000")
 port = int(os.environ.get("LABS_HANDIN_PORT", "10101"))
+handin_user = os.environ.get("LABS_HANDIN_USER", "labs-handin")
+handin_python = os.environ.get("LABS_HANDIN_PYTHON", sys.executable)
+if handin_user:
+    try:
+        pwd.getpwnam(handin_user)
+    except KeyError:
+        raise SystemExit(
+            f"the hand-in service's account {handin_user!r} does not exist: make it, and its store "
+            f"(deploy/README.md, 'A class on one machine'): sudo useradd --system --shell /usr/sbin/nologin "
+            f"{handin_user} && sudo install -d -o {handin_user} -g {handin_user} -m 700 {store}"
+        ) from None
 
 # Students log in with their Unix accounts (PAM, JupyterHub's default). List the class:
 # c.Authenticator.allowed_users = {"alice", "bob"}
@@ -33,13 +48,15 @@ c.LimitedSpawner.max_processes = 512
 c.Spawner.default_url = "/lab/tree/course-labs/labs/README.md"  # the course map, where nbgitpuller puts the labs
 c.Spawner.environment = {"LABS_HANDIN_URL": f"{hub_url}/services/handin/"}
 
-# The hand-in service: students are known by their server's Hub token, never by a file's owner
+# The hand-in service: students are known by their server's Hub token, never by a file's owner.
+# It runs as an account of its own, the only one (besides root) that can read the store.
 c.JupyterHub.services = [
     {
         "name": "handin",
         "url": f"http://127.0.0.1:{port}",
-        "command": [sys.executable, "-m", "lab_utils.hub.service", "--store", store]
+        "command": [handin_python, "-m", "lab_utils.hub.service", "--store", store]
         + [f"--lab={lab}" for lab in labs.split()],
+        **({"user": handin_user} if handin_user else {}),
     }
 ]
 c.JupyterHub.custom_scopes = {"custom:handin:grade": {"description": "collect hand-ins and return feedback"}}

@@ -62,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="with --slurm: at most N submissions of a lab graded at once (sbatch --array=...%%N)",
     )
+    p.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="grade even where no sandbox can be made (not root, no cgroups): each submission then runs as you, "
+        "with your files and network. Only for submissions you trust",
+    )
     p = sub.add_parser("export", help="write grades to CSV")
     p.add_argument("--csv", default=None, help="output file (default: grading/grades.csv, or grading/<lms>.csv)")
     p.add_argument("--lms", choices=["canvas", "moodle"], default=None, help="the gradebook CSV that LMS imports")
@@ -118,6 +124,7 @@ def main(argv=None) -> int:
                 slurm=args.slurm,
                 sbatch_args=args.sbatch_arg,
                 max_running=args.max_running,
+                unsafe_no_sandbox=args.unsafe_no_sandbox,
             )
         elif args.command == "export":
             if args.lms:

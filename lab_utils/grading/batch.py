@@ -42,6 +42,7 @@ from lab_utils.grading.gate import EXECUTED, READY, Admission, Gate, Turns
 from lab_utils.grading.late import late_flag, parse_due
 from lab_utils.grading.sandbox import Sandbox, SandboxError, cgroup_support
 from lab_utils.grading.settings import grading_settings
+from lab_utils.grading.unsafe import require_sandbox
 from lab_utils.grading.view import kernel_package, references_needed
 
 __all__ = ["autograde", "submission_pairs", "usable_cores", "KERNEL_UID_BASE"]
@@ -441,12 +442,18 @@ def autograde(
     settings_file: Path | str | None = None,
     out=sys.stdout,
     pipeline: bool = True,
+    unsafe_no_sandbox: bool = False,
 ) -> list[dict]:
     """Grade ``submissions/<student>/<lab>/`` for ``labs`` (all by default); returns
     every result (graded now, or earlier and unchanged when ``resume``). ``jobs``
     notebooks execute at once (default: one per usable core); with ``pipeline`` the
-    next sandbox prepares, and finished ones write their feedback, meanwhile."""
+    next sandbox prepares, and finished ones write their feedback, meanwhile. Without a sandbox
+    (not root, no cgroups) it refuses (:class:`~lab_utils.grading.unsafe.NoSandbox`) unless
+    ``unsafe_no_sandbox``."""
     root, submissions = Path(root).resolve(), Path(submissions).resolve()
+    warning = require_sandbox(root, isolate, unsafe_no_sandbox)
+    if warning:
+        print(warning, file=out, flush=True)
     if settings_file is None and (root / "settings.yml").is_file():
         settings_file = root / "settings.yml"  # the course's own settings (grading/settings.yml in this repository)
     if not submissions.is_dir():

@@ -92,6 +92,7 @@ def autograde(
     slurm: bool = False,
     sbatch_args: list[str] | tuple[str, ...] = (),
     max_running: int | None = None,
+    unsafe_no_sandbox: bool = False,
 ) -> dict:
     """Grade ``submissions/<student>/<lab>/`` (see :mod:`lab_utils.grading.batch`; with
     ``slurm``, as Slurm job arrays: :mod:`lab_utils.grading.slurm`).
@@ -109,10 +110,18 @@ def autograde(
             sbatch_args=sbatch_args,
             max_running=max_running,
             out=out or sys.stdout,
+            unsafe_no_sandbox=unsafe_no_sandbox,
         )
     else:
         rows = batch.autograde(
-            submissions, labs, root, jobs=jobs, resume=resume, settings_file=settings_file, out=out or sys.stdout
+            submissions,
+            labs,
+            root,
+            jobs=jobs,
+            resume=resume,
+            settings_file=settings_file,
+            out=out or sys.stdout,
+            unsafe_no_sandbox=unsafe_no_sandbox,
         )
     failed = [r for r in rows if r["status"] != "graded"]
     if failed:

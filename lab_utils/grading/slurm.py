@@ -53,6 +53,7 @@ from lab_utils import resources
 from lab_utils.grading import batch as local
 from lab_utils.grading import layout, locks, nbapi, results
 from lab_utils.grading.settings import grading_settings
+from lab_utils.grading.unsafe import NoSandbox, require_sandbox
 
 __all__ = ["autograde", "element", "sbatch_command", "STATES_ENDED"]
 
@@ -219,8 +220,9 @@ def _not_graded(entry: dict, lab: str, state: str, detail: str, log: Path) -> di
 
 
 class _Driver:
-    def __init__(self, root: Path, submissions: Path, out, poll_s: float):
+    def __init__(self, root: Path, submissions: Path, out, poll_s: float, unsafe_no_sandbox: bool = False):
         self.root, self.submissions, self.out, self.poll_s = root, submissions, out, poll_s
+        self.unsafe_no_sandbox = unsafe_no_sandbox
         coursedir = nbapi.course_api(root).coursedir
         self.db = (coursedir.db_url, coursedir.course_id)
         self.labs: list[_Lab] = []
@@ -251,6 +253,7 @@ class _Driver:
                 "template": str(templates[lab]),
                 "secret_lines": str(lines_file),
                 "entries": entries,
+                "unsafe_no_sandbox": self.unsafe_no_sandbox,
             }
             results.write_json(folder / "list.json", spec)
             one = _Lab(lab, folder, entries)
@@ -353,11 +356,14 @@ def autograde(
     max_running: int | None = None,
     out=sys.stdout,
     poll_s: float = POLL_S,
+    unsafe_no_sandbox: bool = False,
 ) -> list[dict]:
     """Grade ``submissions/<student>/<lab>/`` as Slurm job arrays (one per lab); returns every
     result, as :func:`lab_utils.grading.batch.autograde` does. ``sbatch_args`` go to every
     ``sbatch`` (``--partition=...``, ``--account=...``); ``max_running`` caps the elements of
-    an array that run at once (a shared cluster's courtesy)."""
+    an array that run at once (a shared cluster's courtesy). An element on a node where the
+    sandbox cannot work refuses to grade unless ``unsafe_no_sandbox``
+    (:mod:`lab_utils.grading.unsafe`)."""
     if max_running is not None and max_running < 1:
         raise ValueError(f"max_running must be at least 1, got {max_running}")
     root, submissions = Path(root).resolve(), Path(submissions).resolve()
@@ -370,7 +376,7 @@ def autograde(
     if not pairs:
         raise ValueError(f"no submissions for {sorted(wanted)} in {submissions} (expected <student>/<lab>/<lab>.ipynb)")
     local._prepare(root, sorted({lab for _, lab in pairs}))
-    driver = _Driver(root, submissions, out, poll_s)
+    driver = _Driver(root, submissions, out, poll_s, unsafe_no_sandbox)
     leftovers = merge_leftovers(root, submissions, driver.db)
     if leftovers:
         driver.say(f"autograde --slurm: merged {len(leftovers)} result(s) an earlier run's elements had staged")
@@ -438,6 +444,13 @@ def element(lab_dir: Path | str, index: int, out=sys.stdout) -> int:
     spec = json.loads((lab_dir / "list.json").read_text())
     entry = spec["entries"][index]
     lab, student = spec["lab"], entry["student"]
+    try:
+        warning = require_sandbox(Path(spec["root"]), None, bool(spec.get("unsafe_no_sandbox")))
+    except NoSandbox as exc:
+        print(f"element {index}: {student}/{lab} on {os.uname().nodename}: {exc}", file=out, flush=True)
+        return 2
+    if warning:
+        print(warning, file=out, flush=True)
     cores = int(os.environ.get("SLURM_CPUS_PER_TASK") or resources.usable_cores())
     # a scancel (SIGTERM) while the batch makes its folder would leave it behind: held until
     # the try below, which removes it whatever happens

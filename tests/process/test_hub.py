@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import pwd
 import re
 import subprocess
 import time
@@ -108,7 +109,7 @@ def test_students_hand_in_from_their_kernels_and_see_only_their_own_feedback(hub
         "import pathlib\n"
         "got = collect('01_single_node', 'submitted')\n"
         "for r in got:\n"
-        "    f = pathlib.Path('feedback', r.student, '01_single_node'); f.mkdir(parents=True)\n"
+        "    f = pathlib.Path('feedback', r.key, '01_single_node'); f.mkdir(parents=True)\n"
         "    (f / '01_single_node.html').write_text(f'<p>for {r.student} only</p>')\n"
         "print(sorted(return_feedback('01_single_node', 'feedback')))\n"
     )
@@ -152,6 +153,10 @@ except PermissionError:
     # nor through the service: whatever b sends is b's, and b's feedback holds nothing of a's
     out = hub.run_code(b, "from lab_utils.hub import whoami; print(whoami()['user'])")
     assert out.strip() == b
+    # the service runs as an account of its own, which alone owns the store (not root, no student)
+    service = [p for p in hub.processes_of(hub.service_user) if "lab_utils.hub.service" in p]
+    assert service and hub.store.stat().st_uid == pwd.getpwnam(hub.service_user).pw_uid, service
+    assert oct(hub.store.stat().st_mode & 0o777) == "0o700"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -212,7 +217,10 @@ settings = yaml.safe_load((course / "settings.yml").read_text())
 settings["labs"]["{LAB1}"]["due"] = due.isoformat()
 (course / "settings.yml").write_text(yaml.safe_dump(settings))
 grading = [sys.executable, "-m", "lab_utils.grading", "--root", str(course)]
-for step in (["autograde", "submitted", "--jobs", "1"], ["feedback"], ["export", "--lms", "canvas"]):
+# a server is not root: no sandbox, so the batch refuses, naming what a submission would reach
+refused = subprocess.run(grading + ["autograde", "submitted"], capture_output=True, text=True, timeout=900)
+print("REFUSED", refused.returncode, refused.stderr[-3000:])
+for step in (["autograde", "submitted", "--jobs", "1", "--unsafe-no-sandbox"], ["feedback"], ["export", "--lms", "canvas"]):
     done = subprocess.run(grading + step, capture_output=True, text=True, timeout=900)
     print(done.stdout[-3000:], done.stderr[-3000:])
     assert done.returncode == 0, (step, done.returncode)
@@ -280,6 +288,9 @@ def test_a_term_release_work_hand_in_grade_return_fix_and_a_late_hand_in(hub):
     subprocess.run(["chown", "-R", f"{prof}:", str(home / "term")], check=True)
     out = hub.run_code(prof, _instructor_grades(str(course), students[1], students[2]), timeout=1200)
     a, b, c = students
+    refused = out[out.index("REFUSED ") :]
+    assert refused.startswith("REFUSED 1") and "no sandbox here" in refused and "--unsafe-no-sandbox" in refused, out
+    assert "JUPYTERHUB_API_TOKEN" in refused and "/source (every solution" in refused, out
     assert "RETURNED " + str(sorted(students)) in out, out
     table = list(csv.reader(io.StringIO(out[out.index("CANVAS ") + 7 :].strip())))
     assert table[0][5:] == [LAB1, "Late"], table

@@ -276,11 +276,34 @@ def test_the_kernels_environment_keeps_what_the_labs_read_and_no_secret():
             "LAB_API_KEY": "k2",
             "SSH_AUTH_SOCK": "/s",
             "PYTHONPATH": "/x",
+            "JUPYTERHUB_USER": "prof",
+            "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:1/",
+            "JPY_API_TOKEN": "t2",
+            "GOOGLE_APPLICATION_CREDENTIALS": "/c.json",
+            "CI_JOB_JWT": "j",
+            "TF_VAR_db_password": "p",
         },  # fmt: skip
         {"HOME": "/h", "LAB_GRADING_DRIVEN": "1"},
     )
     assert env == {"PATH": "/bin", "LABS_OFFLINE": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "HOME": "/h",
                    "LAB_GRADING_DRIVEN": "1"}  # fmt: skip
+
+
+def test_grading_without_a_sandbox_is_refused_unless_asked_and_says_what_is_exposed(tmp_path, monkeypatch, capsys):
+    from lab_utils.grading import batch, unsafe
+
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "secret-value")
+    root = tmp_path / "course"
+    with pytest.raises(unsafe.NoSandbox) as caught:
+        batch.autograde(tmp_path / "subs", None, root, isolate=False)  # before anything is read or made
+    said = str(caught.value)
+    assert f"{root}/source (every solution and hidden test)" in said and "--unsafe-no-sandbox" in said
+    assert "JUPYTERHUB_API_TOKEN" in said and "secret-value" not in said
+    assert not root.exists()
+    warning = unsafe.require_sandbox(root, False, unsafe=True)
+    assert warning.startswith("autograde: --unsafe-no-sandbox: no sandbox") and "JUPYTERHUB_API_TOKEN" in warning
+    if unsafe.cgroup_support():
+        assert unsafe.require_sandbox(root, None, unsafe=False) is None  # isolated: nothing to say
 
 
 # ---------------------------------------------------------------- what a kernel sees

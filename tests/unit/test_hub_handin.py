@@ -436,3 +436,18 @@ def test_two_users_never_share_a_servers_cgroup():
     names = ["a b", "a_20b", "a_b", "a/b", "学" * 30, "学" * 31]
     got = [sandbox_name(n) for n in names]
     assert len(set(got)) == len(names) and all("/" not in g and len(g) < 40 for g in got)
+
+
+def test_the_deploy_guide_states_the_services_own_limits():
+    import inspect
+    from pathlib import Path
+
+    from lab_utils.hub import service, store
+
+    text = " ".join((Path(__file__).parents[2] / "deploy" / "README.md").read_text().split())
+    d = {k: p.default for k, p in inspect.signature(Store.__init__).parameters.items()}
+    assert f"keeps their last {d['keep']} hand-ins of a lab" in text
+    assert f"within {d['quota'] // 2**20} MB in all" in text and f"x {d['quota'] // 2**20} MB at worst" in text
+    assert f"{service.RATE} hand-ins a minute" in text
+    assert f"below {d['min_free'] // 2**20} MB (507" in text
+    assert f"above {store.MAX_NOTEBOOK_BYTES // 2**20} MB (413)" in text
