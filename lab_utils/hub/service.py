@@ -196,8 +196,9 @@ class HandIns(_Handler):
             raise web.HTTPError(exc.status, reason=str(exc)) from None
 
     async def post(self, lab):
-        async with self.shared.parsing:
-            receipt = await self.answer(lambda: self.store.hand_in_body(self.user, lab, self.body))
+        async with self.shared.parsing:  # one parse at a time: what bounds the memory
+            await self.answer(lambda: self.store.check_body(self.body))
+        receipt = await self.answer(lambda: self.store.keep_body(self.user, lab, self.body))
         log.info("hand-in: %s %s %s%s", receipt.student, lab, receipt.stamp, " (late)" if receipt.late else "")
         self.set_status(201)
         self.finish(receipt.to_json())

@@ -332,9 +332,19 @@ class Store:
 
     def hand_in_body(self, student: str, lab: str, body: Incoming, now: datetime | None = None) -> Receipt:
         """Keep a received body (:meth:`incoming`) as ``student``'s hand-in of ``lab``."""
-        key, lab = safe_name(student), self._lab(lab)
+        self.check_body(body)
+        return self.keep_body(student, lab, body, now)
+
+    def check_body(self, body: Incoming) -> None:
+        """HandInError unless a received body is a notebook (the step that takes memory: the
+        service runs one at a time)."""
         body.close()
         check_notebook(body.path.read_bytes())
+
+    def keep_body(self, student: str, lab: str, body: Incoming, now: datetime | None = None) -> Receipt:
+        """Keep a checked body as ``student``'s hand-in of ``lab``, on disk before this returns."""
+        key, lab = safe_name(student), self._lab(lab)
+        body.close()
         self.room_for(body.size)
         self._within_quota(student, body.size)
         now = (now or datetime.now(UTC)).astimezone(UTC)

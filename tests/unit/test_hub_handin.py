@@ -360,14 +360,14 @@ def test_disk_work_runs_off_the_event_loop(service, store, tmp_path, monkeypatch
     nb = tmp_path / "01_single_node.ipynb"
     nb.write_bytes(NB)
     entered, release = threading.Event(), threading.Event()
-    real = store.hand_in_body
+    real = store.keep_body
 
     def slow(*a, **k):
         entered.set()
         assert release.wait(60)
         return real(*a, **k)
 
-    monkeypatch.setattr(store, "hand_in_body", slow)
+    monkeypatch.setattr(store, "keep_body", slow)
     done = {}
     worker = threading.Thread(target=lambda: done.setdefault("r", client.hand_in(nb, url=service, token="t-alice")))
     worker.start()
