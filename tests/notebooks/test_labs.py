@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -190,11 +192,63 @@ def ci_run(both_runs):
     return both_runs[0].result()
 
 
+#: The largest /dev/shm each AS_STUDENT lab's CI run held (bytes), in a tmpfs of the size a
+#: student's pod mounts there (deploy/jupyterhub/values.yaml).
+SHM_PEAK: dict[str, int] = {}
+
+
+def pod_shm_bytes() -> int:
+    """The size of the /dev/shm that deploy/jupyterhub/values.yaml mounts in a student's pod."""
+    import yaml
+
+    values = yaml.safe_load((REPO / "deploy" / "jupyterhub" / "values.yaml").read_text())
+    volume = next(v for v in values["singleuser"]["storage"]["extraVolumes"] if v["name"] == "shm")
+    size = re.fullmatch(r"(\d+)(Mi|Gi)", volume["emptyDir"]["sizeLimit"])
+    return int(size[1]) * 2 ** {"Mi": 20, "Gi": 30}[size[2]]
+
+
+def _in_pod_shm(student, argv: list[str], lab: str) -> subprocess.CompletedProcess:
+    """``argv`` as ``student``, in a mount namespace whose /dev/shm is a tmpfs of the pod's size
+    (Open MPI's shared-memory transport lives there); its peak use goes to SHM_PEAK."""
+    size = pod_shm_bytes()
+    mount = 'mount -t tmpfs -o size="$0",mode=1777 labs-shm /dev/shm && exec "$@"'
+    wrapped = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mount, str(size), *student.prefix]
+    proc = subprocess.Popen([*wrapped, *argv], env=student.env(), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    peak, seen = 0, [0]
+
+    def sample():  # the namespace's /dev/shm, through its first process's root
+        nonlocal peak
+        while proc.poll() is None:
+            try:
+                fs = os.statvfs(f"/proc/{proc.pid}/root/dev/shm")
+                if fs.f_blocks * fs.f_frsize == size:  # the tmpfs, once mounted
+                    seen[0] = 1
+                    peak = max(peak, (fs.f_blocks - fs.f_bfree) * fs.f_frsize)
+            except OSError:
+                pass
+            time.sleep(0.1)  # sampling the tmpfs while the run goes on
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        sampler.join(10)
+    assert seen[0], f"{lab}: the run's /dev/shm was never the {size} B tmpfs"
+    SHM_PEAK[lab] = peak
+    print(f"{lab}: /dev/shm peak {peak / 2**20:.1f} MiB of {size / 2**20:.0f} MiB")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
 def _ci_run(lab, student, tmp_path_factory):
     args = ["-m", "lab_utils.run_labs", "--labs", lab[:2], "--no-progress"]
     if not isinstance(student, str):
         out = student.home / f"run-{lab}"  # the user's own HOME: root's pytest folders are closed to it
-        proc = student.run([student.python, *args, "--out", str(out)], timeout=900, cwd=REPO)
+        proc = _in_pod_shm(student, [student.python, *args, "--out", str(out)], lab)
         who = student.user
     else:
         out = tmp_path_factory.mktemp(f"run-{lab}")
@@ -221,6 +275,8 @@ def test_ci_run_meets_accuracy(lab, ci_run, student):
     assert row["accuracy"] >= LABS[lab]["min_accuracy"], row
     assert row["examples_per_sec"] > 0, row
     assert f"| {lab} | ci | ok |" in (out / "summary.md").read_text()
+    if lab in SHM_PEAK:  # it ran in the pod's /dev/shm, and stayed inside it
+        assert SHM_PEAK[lab] < pod_shm_bytes(), SHM_PEAK
     _assert_a_student_s_run_on_links(lab, out, who, student)
 
 

@@ -378,9 +378,19 @@ def test_only_instructors_are_offered_the_instructor_image(values):
         return profiles(SimpleNamespace(user=user))
 
     assert "instructor" not in repr(offered()) and "instructor" not in repr(offered("students"))
+    assert "instructor" not in repr(offered("teaching-assistants", "gpu-users"))
     teacher = offered("instructors")
-    assert len(teacher) == 2 and "dl-labs-instructor" in teacher[1]["kubespawner_override"]["image"]
+    assert len(teacher) == 3 and "dl-labs-instructor" in teacher[-1]["kubespawner_override"]["image"]
     assert "instructors" in hub["config"]["JupyterHub"]["load_groups"]
+    # a GPU only for those given one (GPUs are few), with the GPU image
+    assert len(offered()) == 1 and len(offered("teaching-assistants")) == 1
+    gpu = offered("gpu-users")[1]["kubespawner_override"]
+    assert gpu["extra_resource_limits"] == {"nvidia.com/gpu": "1"} and gpu["image"].split(":")[0].endswith("-gpu")
+    assert "TF_PACKAGE=tensorflow[and-cuda]==" in (DEPLOY / "student" / "Dockerfile").read_text()
+    # teaching assistants open students' servers, collect and return; they hold no instructor image
+    roles = {r["name"]: r for r in hub["config"]["JupyterHub"]["load_roles"]}
+    ta = roles["teaching-assistant"]
+    assert ta["groups"] == ["teaching-assistants"] and {"access:servers", "custom:handin:grade"} <= set(ta["scopes"])
     # the course map, in the public repository that nbgitpuller pulls into each home
     url = urllib.parse.urlsplit(values["singleuser"]["defaultUrl"])
     query = dict(urllib.parse.parse_qsl(url.query))
@@ -397,7 +407,11 @@ def test_hand_ins_go_to_the_service_and_no_volume_is_shared_between_students(val
     from lab_utils.hub.service import GRADE_SCOPE
 
     single = values["singleuser"]
-    assert "extraVolumes" not in single["storage"] and "extraVolumeMounts" not in single["storage"]
+    volumes = single["storage"].get("extraVolumes", [])  # the pod's own memory only: its /dev/shm
+    assert [v["emptyDir"]["medium"] for v in volumes] == ["Memory"] and all(
+        set(v) == {"name", "emptyDir"} for v in volumes
+    )
+    assert [m["mountPath"] for m in single["storage"].get("extraVolumeMounts", [])] == ["/dev/shm"]
     assert single["extraEnv"]["LABS_HANDIN_URL"] == "http://proxy-public/services/handin/"
     c = SimpleNamespace(JupyterHub=SimpleNamespace(services=[], load_roles=[]), KubeSpawner=SimpleNamespace())
     monkeypatch.setenv("HANDIN_API_TOKEN", "t0ken")
@@ -450,3 +464,19 @@ def test_the_values_validate_against_the_charts_schema(values):
     merged = merge(yaml.safe_load((chart / "values.yaml").read_text()), values)
     errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft7Validator(schema).iter_errors(merged)]
     assert not errors, errors
+
+
+def test_the_pods_seccomp_profile_is_the_shipped_one_and_its_installer_puts_it_where_the_kubelet_reads(values):
+    """tests/process/test_seccomp_profile.py loads that profile and runs a student's network under it."""
+    profile = values["singleuser"]["extraPodConfig"]["securityContext"]["seccompProfile"]
+    assert profile == {"type": "Localhost", "localhostProfile": "labs/labs-userns.json"}
+    shipped = DEPLOY / "jupyterhub" / "seccomp" / "labs-userns.json"
+    assert json.loads(shipped.read_text())["defaultAction"] == "SCMP_ACT_ERRNO"
+    installer = yaml.safe_load((DEPLOY / "jupyterhub" / "seccomp" / "installer.yaml").read_text())
+    pod = installer["spec"]["template"]["spec"]
+    host = next(v for v in pod["volumes"] if "hostPath" in v)
+    assert host["hostPath"]["path"] == "/var/lib/kubelet/seccomp"
+    assert f"/host/{profile['localhostProfile']}" in " ".join(pod["initContainers"][0]["command"])
+    assert (
+        "labs-userns.json" in (DEPLOY / "README.md").read_text() and "Unconfined" in (DEPLOY / "README.md").read_text()
+    )
