@@ -12,6 +12,9 @@
 #   LABS_HANDIN_USER    the account the hand-in service runs as, which owns the store     labs-handin
 #                       (make it: deploy/README.md; empty: the Hub's own user, root: not advised)
 #   LABS_HANDIN_PYTHON  the interpreter it runs, which that account can reach            this one
+#   LABS_GRADER_COURSE  the grading course (the instructor repository's grading/, root's): where
+#                       the grading service grades, as root, what instructors ask for   (none: no service)
+#   LABS_GRADER_PORT    the grading service's port, on loopback                            10102
 import os
 import pwd
 import sys
@@ -70,3 +73,32 @@ c.Spawner.server_token_scopes = [
     "access:services!service=handin",
     "custom:handin:grade",  # a server's token gets it only when its user holds it: instructors
 ]
+
+# The grading service (lab_utils.hub.grader): an instructor's server is not root, so a submission
+# graded there would run as the instructor, with their token. Instructors ask this service, which
+# runs as root beside the Hub, to grade: `python -m lab_utils.hub grade 02_ps_async`.
+grader_course = os.environ.get("LABS_GRADER_COURSE")
+if grader_course:
+    grader_port = int(os.environ.get("LABS_GRADER_PORT", "10102"))
+    c.JupyterHub.services.append(
+        {
+            "name": "grader",
+            "url": f"http://127.0.0.1:{grader_port}",
+            "command": [
+                sys.executable,
+                "-m",
+                "lab_utils.hub.grader",
+                "--course",
+                grader_course,
+                "--handin-url",
+                f"{hub_url}/services/handin/",
+            ],  # fmt: skip
+        }
+    )
+    c.JupyterHub.load_roles.append(  # it collects from the hand-in service with its own token
+        {
+            "name": "grader-service",
+            "scopes": ["custom:handin:grade", "access:services!service=handin"],
+            "services": ["grader"],
+        }  # fmt: skip
+    )

@@ -1,5 +1,6 @@
 """``python -m lab_utils.hub``: the instructor's side of the hand-in service (and a student's, in a terminal).
 
+python -m lab_utils.hub grade 02_ps_async                    # the grading service grades it, as root
 python -m lab_utils.hub collect 02_ps_async submitted/       # last hand-in of each student
 python -m lab_utils.hub return 02_ps_async grading/feedback  # each student's feedback pages
 python -m lab_utils.hub hand-in labs/02_ps_async/02_ps_async.ipynb
@@ -24,6 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("collect", help="instructor: each student's last hand-in of LAB into DEST/<student>/<lab>/")
     p.add_argument("lab")
     p.add_argument("dest")
+    p = sub.add_parser(
+        "grade", help="instructor: the class's grading service grades LAB in its sandbox; results into DEST"
+    )
+    p.add_argument("lab")
+    p.add_argument("dest", nargs="?", default=None, help="default: grading-LAB")
     p = sub.add_parser("return", help="instructor: the pages under FEEDBACK/<student>/<lab>/ to each student")
     p.add_argument("lab")
     p.add_argument("feedback")
@@ -34,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("whoami", help="who the service takes you for, and the open labs")
     args = ap.parse_args(argv)
     try:
-        if args.cmd == "collect":
+        if args.cmd == "grade":
+            client.grade(args.lab, args.dest)
+        elif args.cmd == "collect":
             client.collect(args.lab, args.dest)
         elif args.cmd == "return":
             client.return_feedback(args.lab, args.feedback)

@@ -8,8 +8,8 @@ A student, in the last cell of a lab (save first: the file on disk is what goes)
 
 The instructor, from their own server (their Hub token has ``custom:handin:grade``)::
 
-    python -m lab_utils.hub collect 02_ps_async submitted/        # then make autograde SUBMISSIONS=submitted
-    python -m lab_utils.hub return 02_ps_async grading/feedback   # each student's pages to them
+    python -m lab_utils.hub grade 02_ps_async                     # the class's grading service grades them
+    python -m lab_utils.hub return 02_ps_async grading-02_ps_async/feedback   # each student's pages to them
 
 Where the service is: ``$LABS_HANDIN_URL`` (the Hub's spawner sets it); who you are: the
 server's ``$JUPYTERHUB_API_TOKEN``. Without them (Binder, a laptop) there is no service, and
@@ -18,8 +18,10 @@ the error says so.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +31,7 @@ from urllib.parse import quote
 from .. import config
 from .store import Receipt, write_submission
 
-__all__ = ["HandInRefused", "hand_in", "feedback", "collect", "return_feedback", "whoami"]
+__all__ = ["HandInRefused", "hand_in", "feedback", "collect", "return_feedback", "whoami", "grade", "grader_url"]
 
 
 class HandInRefused(RuntimeError):
@@ -171,3 +173,42 @@ def return_feedback(lab: str, feedback_root: str | os.PathLike, *, url=None, tok
         done.append(key)
     print(f"returned {lab} feedback to {len(done)} student(s)")
     return done
+
+
+def grader_url(url: str | None = None) -> str:
+    """The class's grading service: ``url``, ``$LABS_GRADER_URL``, or beside the hand-in service."""
+    found = url or os.environ.get("LABS_GRADER_URL")
+    if not found:
+        handin = config.get(config.HANDIN_URL)
+        if not handin:
+            raise HandInRefused("no grading service here (LABS_GRADER_URL and LABS_HANDIN_URL unset)")
+        found = handin.rstrip("/").rsplit("/", 1)[0] + "/grader/"
+    return found.rstrip("/") + "/"
+
+
+def grade(lab: str, into: str | os.PathLike | None = None, *, url=None, token=None, poll_s: float = 1.0) -> Path:
+    """Instructor: have the class's grading service grade ``lab`` (it collects the hand-ins, and
+    grades each in its sandbox, as root), print its progress, and fetch its results into
+    ``into`` (default ``grading-<lab>``): ``results/``, ``feedback/``, ``autograded/``, the
+    layout ``make autograde`` and ``make feedback`` write. Returns ``into``."""
+    base = grader_url(url)
+    job = json.loads(_call("POST", f"grade/{quote(lab)}", data=b"", url=base, token=token)[0])
+    print(f"grading {lab}: job {job['id']}", flush=True)
+    since = 0
+    while True:
+        state = json.loads(_call("GET", f"jobs/{job['id']}?since={since}", url=base, token=token)[0])
+        for line in state["lines"]:
+            print(line, flush=True)
+        since = state["next"]
+        if state["state"] != "running":
+            break
+        time.sleep(poll_s)  # the grading's progress, read again
+    if state["state"] != "done":
+        raise HandInRefused(f"grading {lab} failed; its output is above")
+    data = _call("GET", f"results/{quote(lab)}", url=base, token=token, timeout=300)[0]
+    dest = Path(into) if into is not None else Path(f"grading-{lab}")
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(dest, filter="data")  # files and folders under dest, nothing else
+    print(f"graded {lab}: results in {dest}/results, feedback in {dest}/feedback", flush=True)
+    return dest

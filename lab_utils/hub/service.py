@@ -116,8 +116,11 @@ class _Handler(web.RequestHandler):
         if kind.lower() not in ("token", "bearer") or not token.strip():
             raise web.HTTPError(401, reason="send your Hub token: Authorization: token $JUPYTERHUB_API_TOKEN")
         model = await self.shared.auth.user_for_token(token.strip(), sync=False)
-        if not model or model.get("kind", "user") != "user":
+        kind = (model or {}).get("kind", "user")
+        if not model or kind not in ("user", "service"):
             raise web.HTTPError(403, reason="the Hub does not know this token as a user's")
+        if kind == "service" and not self.shared.auth.check_scopes(GRADE_SCOPE, model):
+            raise web.HTTPError(403, reason="a service may only collect and return (the grading service)")
         service = self.shared.name
         if not self.shared.auth.check_scopes(f"access:services!service={service}", model):
             raise web.HTTPError(
@@ -126,6 +129,10 @@ class _Handler(web.RequestHandler):
                 f"access:services!service={service} (the user role and server_token_scopes)",
             )
         self.user, self.instructor = model["name"], bool(self.shared.auth.check_scopes(GRADE_SCOPE, model))
+        if kind == "service":  # the grading service collects; it is no student
+            self.user, self.student = f"service:{model['name']}", False
+        else:
+            self.student = True
         limit = self.body_limit(*self.path_args)
         length = self.request.headers.get("Content-Length")
         if length is not None and length.isdigit() and int(length) > limit:
@@ -140,6 +147,10 @@ class _Handler(web.RequestHandler):
 
     def data_received(self, chunk: bytes):
         raise web.HTTPError(400, reason="this request takes no body")
+
+    def require_student(self):
+        if not self.student:
+            raise web.HTTPError(403, reason=f"{self.user} is a service: it hands nothing in and has no feedback")
 
     def require_instructor(self):
         if not self.instructor:
@@ -177,6 +188,7 @@ class HandIns(_Handler):
     body = None
 
     def body_limit(self, lab):
+        self.require_student()
         if self.request.method != "POST":
             return 0
         try:
@@ -218,6 +230,7 @@ class HandIns(_Handler):
 
 class Feedback(_Handler):
     async def get(self, lab):
+        self.require_student()
         pages = await self.answer(lambda: self.store.feedback(self.user, lab))
         self.finish({"files": {name: data.decode("utf-8", "replace") for name, data in pages.items()}})
 

@@ -18,10 +18,12 @@ import warnings
 from pathlib import Path
 
 import pytest
+import yaml
 from support import crafted
 from support import hub as local_hub
 
 from lab_utils.grading.sandbox import own_cgroup_v1
+from lab_utils.hub.store import Receipt
 
 NB = {
     "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": "x = 1"}],
@@ -44,7 +46,7 @@ def _labhub_cgroups() -> list[Path]:
 @pytest.fixture(scope="module")
 def hub():
     before = _labhub_cgroups()
-    made = local_hub.start(students=3)
+    made = local_hub.start(students=3, grading=[LAB1])
     if isinstance(made, str):
         pytest.skip(made)
     try:
@@ -204,28 +206,32 @@ def _contents(hub, name: str, path: str) -> dict:
     return hub.request("GET", f"/user/{name}/api/contents/{path}", token=hub.users[name].token)["content"]
 
 
-def _instructor_grades(course: str, student_b: str, student_c: str) -> str:
-    """The instructor's kernel: collect Lab 1, set its due time between two hand-ins (the last
-    one is then late), autograde in the sandbox, make the feedback, export for Canvas, return."""
+def _instructor_grades(course: str) -> str:
+    """The instructor's kernel: without a sandbox (their server is not root) grading refuses and
+    says what it would expose; the class's grading service grades the lab (as root, in its
+    sandbox); the instructor returns the feedback."""
     return f"""
-import subprocess, sys, pathlib, yaml
-from lab_utils.hub import collect, return_feedback
-course = pathlib.Path({course!r})
-got = {{r.student: r for r in collect("{LAB1}", "submitted")}}
-due = got[{student_b!r}].time + (got[{student_c!r}].time - got[{student_b!r}].time) / 2
-settings = yaml.safe_load((course / "settings.yml").read_text())
-settings["labs"]["{LAB1}"]["due"] = due.isoformat()
-(course / "settings.yml").write_text(yaml.safe_dump(settings))
-grading = [sys.executable, "-m", "lab_utils.grading", "--root", str(course)]
-# a server is not root: no sandbox, so the batch refuses, naming what a submission would reach
+import subprocess, sys
+from lab_utils.hub import grade, return_feedback
+grading = [sys.executable, "-m", "lab_utils.grading", "--root", {course!r}]
 refused = subprocess.run(grading + ["autograde", "submitted"], capture_output=True, text=True, timeout=900)
 print("REFUSED", refused.returncode, refused.stderr[-3000:])
-for step in (["autograde", "submitted", "--jobs", "1", "--unsafe-no-sandbox"], ["feedback"], ["export", "--lms", "canvas"]):
-    done = subprocess.run(grading + step, capture_output=True, text=True, timeout=900)
-    print(done.stdout[-3000:], done.stderr[-3000:])
-    assert done.returncode == 0, (step, done.returncode)
-print("RETURNED", sorted(return_feedback("{LAB1}", course / "feedback")))
-print("CANVAS", (course / "canvas.csv").read_text())
+dest = grade("{LAB1}")
+print("RETURNED", sorted(return_feedback("{LAB1}", dest / "feedback")))
+print("CANVAS", (dest / "canvas.csv").read_text())
+"""
+
+
+#: A cell a student adds to read what the grader holds: its environment, the instructor's home,
+#: the grading course and the machine's first process's environment.
+PROBE = """import os
+tag = "PROBE" + "-"  # the outputs say PROBE-..., the source never does
+print(tag + "ENV", sorted(os.environ))
+for p in {paths!r}:
+    try:
+        print(tag + "READ", p, os.listdir(p) if os.path.isdir(p) else open(p, "rb").read()[:300])
+    except Exception as e:
+        print(tag + "REFUSED", p, type(e).__name__)
 """
 
 
@@ -275,19 +281,36 @@ def test_a_term_release_work_hand_in_grade_return_fix_and_a_late_hand_in(hub):
     # Lab 1 handed in: solved, untouched, partly solved (last)
     lab1 = f"course-labs/labs/{LAB1}/{LAB1}.ipynb"
     kinds = dict(zip(students, ("correct", "blank", "partly"), strict=True))
+    probe = PROBE.format(paths=[str(hub.users[prof].home), str(hub.grader_course), "/proc/1/environ"])
     for name, kind in kinds.items():
         nb = json.loads(nbformat.writes(crafted.craft(kind, LAB1)))
+        if kind == "blank":  # and hostile: it reads what it can
+            nb["cells"].append(
+                {"cell_type": "code", "metadata": {}, "source": probe, "outputs": [], "execution_count": None}
+            )
         hub.upload(name, lab1, nb)
         out = hub.run_code(name, f"from lab_utils.hub import hand_in; hand_in({lab1!r})")
         assert f"Handed in {LAB1}.ipynb for {LAB1} as {name}" in out, out
 
-    # the instructor's private course (their clone of the instructor repository, Lab 1 released)
+    # the instructor's own clone of the course (Lab 1 released), where they cannot grade; the due
+    # time, in the grading service's course, between the second and the last hand-in
     home = hub.users[prof].home
     (home / "term").mkdir()
     course, _ = crafted.course(home / "term", [LAB1], settings=(crafted.REPO / "grading" / "settings.yml").read_text())
     subprocess.run(["chown", "-R", f"{prof}:", str(home / "term")], check=True)
-    out = hub.run_code(prof, _instructor_grades(str(course), students[1], students[2]), timeout=1200)
     a, b, c = students
+    times = {
+        n: max(
+            Receipt.from_json(json.loads(p.read_text())).time
+            for p in (hub.store / "submitted" / n / LAB1).glob("*/receipt.json")
+        )
+        for n in (b, c)
+    }
+    settings_file = hub.grader_course / "settings.yml"
+    settings = yaml.safe_load(settings_file.read_text())
+    settings["labs"][LAB1]["due"] = (times[b] + (times[c] - times[b]) / 2).isoformat()
+    settings_file.write_text(yaml.safe_dump(settings))
+    out = hub.run_code(prof, _instructor_grades(str(course)), timeout=1200)
     refused = out[out.index("REFUSED ") :]
     assert refused.startswith("REFUSED 1") and "no sandbox here" in refused and "--unsafe-no-sandbox" in refused, out
     assert "JUPYTERHUB_API_TOKEN" in refused and "/source (every solution" in refused, out
@@ -309,6 +332,11 @@ def test_a_term_release_work_hand_in_grade_return_fix_and_a_late_hand_in(hub):
         assert name in got and not any(s in got for s in others), (name, got[:2000])
     page = f"print(open('feedback/{LAB1}/{LAB1}.html').read())"
     assert "after the due time" in hub.run_code(c, page) and "after the due time" not in hub.run_code(a, page)
+    # the hostile hand-in ran in the grading service's sandbox: no token, no Hub variable, nothing
+    # of the instructor's or of the course's
+    probed = hub.run_code(b, page)
+    assert "PROBE-ENV" in probed and probed.count("PROBE-REFUSED") == 3 and "PROBE-READ" not in probed, probed[-3000:]
+    assert "JUPYTERHUB" not in probed and hub.users[prof].token not in probed and "TOKEN" not in probed
 
     # the instructor fixes a typo in Lab 2 and publishes; every student pulls; nothing is lost
     nb = nbformat.read(public / "labs" / LAB2 / f"{LAB2}.ipynb", as_version=4)

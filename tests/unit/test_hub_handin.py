@@ -100,6 +100,8 @@ def service(store):
             "t-bob": {"kind": "user", "name": "bob", "scopes": [access]},
             "t-prof": {"kind": "user", "name": "prof", "scopes": [access, GRADE_SCOPE]},
             "t-noscope": {"kind": "user", "name": "carol", "scopes": []},
+            "t-grader": {"kind": "service", "name": "grader", "scopes": [access, GRADE_SCOPE]},
+            "t-other-service": {"kind": "service", "name": "announcer", "scopes": [access]},
         }
     )
     started, box = threading.Event(), {}
@@ -451,3 +453,17 @@ def test_the_deploy_guide_states_the_services_own_limits():
     assert f"{service.RATE} hand-ins a minute" in text
     assert f"below {d['min_free'] // 2**20} MB (507" in text
     assert f"above {store.MAX_NOTEBOOK_BYTES // 2**20} MB (413)" in text
+
+
+def test_the_grading_service_collects_and_returns_but_is_no_student(service, store, tmp_path):
+    nb = tmp_path / "01_single_node.ipynb"
+    nb.write_bytes(NB)
+    client.hand_in(nb, url=service, token="t-alice")
+    got = client.collect("01_single_node", tmp_path / "sub", url=service, token="t-grader")
+    assert [r.student for r in got] == ["alice"]
+    with pytest.raises(client.HandInRefused, match="403.*is a service"):
+        client.hand_in(nb, url=service, token="t-grader")
+    with pytest.raises(client.HandInRefused, match="403.*is a service"):
+        client.feedback("01_single_node", tmp_path / "fb", url=service, token="t-grader")
+    with pytest.raises(client.HandInRefused, match="403.*a service may only collect"):
+        client.whoami(url=service, token="t-other-service")

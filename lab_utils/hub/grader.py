@@ -1,0 +1,261 @@
+"""The grading service: grades a lab's hand-ins where the sandbox works (as root), for an
+instructor who asks from their own server, which is not root and must never run a student's code.
+
+An instructor's server is an ordinary user's: there, ``make autograde`` has no sandbox, and a
+submission would run as the instructor, with their files and their Hub token. This service runs
+beside the Hub as root (``c.JupyterHub.services``; deploy/single-machine/jupyterhub_config.py
+starts it when the class has a grading course). Asked to grade a lab, it
+
+1. collects each student's last hand-in from the hand-in service (with its own token, which
+   holds ``custom:handin:grade``),
+2. runs ``python -m lab_utils.grading autograde`` and ``feedback`` on its own course (its
+   ``--course``: the instructor repository's ``grading/``, which only root can write), each
+   submission in the isolated sandbox, with an environment that holds no Hub variable,
+3. keeps the results for the instructor to fetch: the same layout ``make autograde``,
+   ``make feedback`` and ``make grades`` write (``results/``, ``feedback/``, ``autograded/`` of
+   that lab, ``grades.csv``, and the LMS exports ``canvas.csv`` and ``moodle.csv``).
+
+From the instructor's server, one command does all three and follows the progress::
+
+    python -m lab_utils.hub grade 02_ps_async              # into ./grading-02_ps_async/
+    python -m lab_utils.hub return 02_ps_async grading-02_ps_async/feedback
+
+API under the service's prefix, every call with ``Authorization: token T`` of a user holding
+``custom:handin:grade``:
+
+=============================  ===============================================================
+``POST api/grade/<lab>``       start grading ``lab`` (409 while another grading runs)
+``GET  api/jobs/<id>?since=N`` its state and its output from line N
+``GET  api/results/<lab>``     a tar.gz of the lab's results, feedback, autograded notebooks
+=============================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import os
+import secrets
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+from tornado import ioloop, web
+
+from . import client
+from .service import GRADE_SCOPE
+
+__all__ = ["Grader", "make_app", "main"]
+
+log = logging.getLogger("lab_utils.hub.grader")
+#: Lines of a job's output kept (the progress the instructor follows).
+MAX_LINES = 5000
+_LAB = r"([0-9]{2}_[a-z0-9_]+)"
+
+
+def grading_env(environ: dict[str, str]) -> dict[str, str]:
+    """The environment the batch runs in: this service's, less every Hub variable and token."""
+    return {k: v for k, v in environ.items() if not k.startswith(("JUPYTERHUB_", "JPY_")) and "TOKEN" not in k}
+
+
+class Job:
+    """One grading of one lab, in a thread: its output lines and its end."""
+
+    def __init__(self, lab: str, who: str):
+        self.id, self.lab, self.who = secrets.token_hex(6), lab, who
+        self.lines: list[str] = []
+        self.state = "running"
+        self.started = time.time()
+
+    def say(self, line: str) -> None:
+        self.lines.append(line.rstrip("\n"))
+        if len(self.lines) > MAX_LINES:
+            del self.lines[: len(self.lines) - MAX_LINES]
+        log.info("%s %s: %s", self.lab, self.id, line.rstrip()[:300])
+
+    def to_json(self, since: int = 0) -> dict:
+        return {"id": self.id, "lab": self.lab, "by": self.who, "state": self.state, "lines": self.lines[since:],
+                "next": len(self.lines)}  # fmt: skip
+
+
+class Grader:
+    """Grades on ``course`` (a course root: grading/), collecting from the hand-in service at
+    ``handin_url`` with ``token``."""
+
+    def __init__(self, course: Path, handin_url: str, token: str, python: str = sys.executable):
+        self.course, self.handin_url, self.token, self.python = Path(course).resolve(), handin_url, token, python
+        if not (self.course / "source").is_dir():
+            raise ValueError(f"{self.course} is not a course root (no source/): give the repository's grading/")
+        self.jobs: dict[str, Job] = {}
+        self.running: Job | None = None
+        self.lock = threading.Lock()
+
+    def start(self, lab: str, who: str) -> Job:
+        if not (self.course / "source" / lab).is_dir():
+            raise web.HTTPError(404, reason=f"the grading course has no lab {lab}")
+        with self.lock:
+            if self.running is not None:
+                raise web.HTTPError(409, reason=f"{self.running.lab} is being graded (job {self.running.id}); wait")
+            job = self.running = Job(lab, who)
+            self.jobs[job.id] = job
+        threading.Thread(target=self._run, args=(job,), daemon=True, name=f"grade-{lab}").start()
+        return job
+
+    def _run(self, job: Job) -> None:
+        try:
+            self._grade(job)
+            job.state = "done"
+        except Exception as exc:  # noqa: BLE001 (the job's end, said to the instructor who follows it)
+            job.say(f"grading failed: {type(exc).__name__}: {exc}")
+            job.state = "failed"
+        finally:
+            with self.lock:
+                self.running = None
+
+    def _grade(self, job: Job) -> None:
+        lab = job.lab
+        submitted = self.course.parent / "hub-submitted" / lab
+        if submitted.exists():
+            import shutil
+
+            shutil.rmtree(submitted)
+        submitted.mkdir(parents=True, mode=0o700)
+        job.say(f"collecting {lab} from the hand-in service")
+        got = client.collect(lab, submitted, url=self.handin_url, token=self.token)
+        job.say(f"collected {len(got)} hand-in(s)")
+        if not got:
+            return
+        grading = [self.python, "-m", "lab_utils.grading", "--root", str(self.course)]
+        steps = (
+            ["autograde", str(submitted), "--labs", lab[:2]],
+            ["feedback", "--labs", lab[:2]],
+            ["export"],  # grades.csv: the gradebook
+            ["export", "--lms", "canvas"],
+            ["export", "--lms", "moodle"],
+        )
+        for step in steps:
+            job.say("$ " + " ".join(["python -m lab_utils.grading", *step]))
+            with subprocess.Popen(
+                grading + step,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=grading_env(dict(os.environ)),
+                cwd=self.course.parent,
+            ) as proc:
+                for line in proc.stdout:
+                    job.say(line)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{step[0]} exited {proc.returncode}")
+
+    def results(self, lab: str) -> bytes:
+        """A tar.gz of what ``make autograde`` and ``make feedback`` wrote for ``lab``."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for kind in ("results", "feedback", "autograded"):
+                base = self.course / kind
+                for path in sorted(base.glob(f"*/{lab}*")) if base.is_dir() else []:
+                    tar.add(path, arcname=str(path.relative_to(self.course)), filter=_plain_only)
+            for name in ("results/grades.csv", "grades.csv", "canvas.csv", "moodle.csv"):
+                if (self.course / name).is_file():
+                    tar.add(self.course / name, arcname=name, filter=_plain_only)
+        return buf.getvalue()
+
+
+def _plain_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """Files and folders only (no link leaves the service), owned by nobody in particular."""
+    if not (info.isfile() or info.isdir()):
+        return None
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mode = 0o644 if info.isfile() else 0o755
+    return info
+
+
+class _Handler(web.RequestHandler):
+    def initialize(self, grader: Grader, auth):
+        self.grader, self.auth = grader, auth
+
+    def check_xsrf_cookie(self):
+        return None
+
+    async def prepare(self):
+        kind, _, token = self.request.headers.get("Authorization", "").partition(" ")
+        if kind.lower() not in ("token", "bearer") or not token.strip():
+            raise web.HTTPError(401, reason="send your Hub token: Authorization: token $JUPYTERHUB_API_TOKEN")
+        model = await self.auth.user_for_token(token.strip(), sync=False)
+        if not model or model.get("kind", "user") != "user" or not self.auth.check_scopes(GRADE_SCOPE, model):
+            raise web.HTTPError(403, reason=f"only an instructor of this course grades ({GRADE_SCOPE})")
+        self.user = model["name"]
+
+    def write_error(self, status_code, **kwargs):
+        exc = kwargs.get("exc_info", (None, None))[1]
+        self.finish({"error": getattr(exc, "log_message", None) or self._reason, "status": status_code})
+
+
+class Grade(_Handler):
+    def post(self, lab):
+        job = self.grader.start(lab, self.user)
+        self.set_status(202)
+        self.finish(job.to_json())
+
+
+class Jobs(_Handler):
+    def get(self, job_id):
+        job = self.grader.jobs.get(job_id)
+        if job is None:
+            raise web.HTTPError(404, reason=f"no job {job_id}")
+        since = int(self.get_argument("since", "0") or 0)
+        self.finish(job.to_json(max(0, since)))
+
+
+class Results(_Handler):
+    async def get(self, lab):
+        data = await ioloop.IOLoop.current().run_in_executor(None, self.grader.results, lab)
+        self.set_header("Content-Type", "application/gzip")
+        self.finish(data)
+
+
+def make_app(grader: Grader, auth, prefix: str = "/services/grader/") -> web.Application:
+    p = prefix.rstrip("/") + "/api"
+    kw = {"grader": grader, "auth": auth}
+    return web.Application(
+        [(rf"{p}/grade/{_LAB}", Grade, kw), (rf"{p}/jobs/([0-9a-f]+)", Jobs, kw), (rf"{p}/results/{_LAB}", Results, kw)]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lab_utils.hub.grader", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--course", required=True, help="the grading course: the instructor repository's grading/")
+    ap.add_argument(
+        "--handin-url", required=True, help="the hand-in service, e.g. http://127.0.0.1:8000/services/handin/"
+    )
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s grader] %(message)s")
+    url, token = os.environ.get("JUPYTERHUB_SERVICE_URL"), os.environ.get("JUPYTERHUB_API_TOKEN")
+    if not url or not token:
+        print("grader: run me as a JupyterHub service (JUPYTERHUB_SERVICE_URL, JUPYTERHUB_API_TOKEN)", file=sys.stderr)
+        return 2
+    try:
+        grader = Grader(Path(args.course), args.handin_url, token)
+    except ValueError as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return 2
+    from jupyterhub.services.auth import HubAuth
+
+    where = urlparse(url)
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/grader/")
+    make_app(grader, HubAuth(cache_max_age=60), prefix).listen(where.port, where.hostname)
+    log.info("serving %s at %s: course %s, hand-ins from %s", prefix, url, grader.course, args.handin_url)
+    ioloop.IOLoop.current().start()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The grading service without a Hub (the real one, grading a hostile hand-in from an
+instructor's server: tests/process/test_hub.py): only an instructor starts a grading, one at
+a time; its progress is followed; its results come back as plain files under the folder asked
+for, and the batch it runs holds no Hub variable or token."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from lab_utils.hub import client, grader
+from lab_utils.hub.service import GRADE_SCOPE
+
+
+class FakeHubAuth:
+    def __init__(self, users):
+        self.users = users
+
+    async def user_for_token(self, token, sync=True):
+        return self.users.get(token)
+
+    def check_scopes(self, required, model):
+        return {required} & set(model["scopes"])
+
+
+@pytest.fixture
+def course(tmp_path):
+    root = tmp_path / "course" / "grading"
+    (root / "source" / "01_single_node").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def served(course):
+    """A Grader whose grading writes what a batch writes (and a link, which must not come back)."""
+    gate, entered = threading.Event(), threading.Event()
+
+    class Fake(grader.Grader):
+        def _grade(self, job):
+            job.say("collecting 01_single_node")
+            entered.set()
+            assert gate.wait(30)
+            for kind, name in (
+                ("results", "alice/01_single_node.json"),
+                ("feedback", "alice/01_single_node/01_single_node.html"),
+            ):
+                path = self.course / kind / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(f"{kind} of alice")
+            (self.course / "results" / "grades.csv").write_text("student,lab,score\\nalice,01_single_node,7\\n")
+            (self.course / "results" / "alice" / "01_single_node-link").symlink_to("/etc/passwd")
+            job.say("graded 1")
+
+    made = Fake(course, "http://127.0.0.1:1/services/handin/", "service-token")
+    users = {
+        "t-prof": {"kind": "user", "name": "prof", "scopes": [GRADE_SCOPE]},
+        "t-alice": {"kind": "user", "name": "alice", "scopes": []},
+    }
+    started, box = threading.Event(), {}
+
+    def serve():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        server = grader.make_app(made, FakeHubAuth(users)).listen(0, "127.0.0.1")
+        box["port"], box["loop"] = next(iter(server._sockets.values())).getsockname()[1], loop
+        started.set()
+        loop.run_forever()
+        server.stop()
+        loop.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(30)
+    yield f"http://127.0.0.1:{box['port']}/services/grader/", gate, entered
+    gate.set()
+    box["loop"].call_soon_threadsafe(box["loop"].stop)
+    thread.join(30)
+
+
+def test_an_instructor_grades_follows_and_gets_the_results_layout(served, tmp_path, capsys):
+    url, gate, entered = served
+    with pytest.raises(client.HandInRefused, match="403.*only an instructor"):
+        client.grade("01_single_node", tmp_path / "x", url=url, token="t-alice", poll_s=0.05)
+    with pytest.raises(client.HandInRefused, match="404.*no lab 07_nope"):
+        client.grade("07_nope", tmp_path / "x", url=url, token="t-prof", poll_s=0.05)
+    done = {}
+    worker = threading.Thread(
+        target=lambda: done.setdefault(
+            "dest", client.grade("01_single_node", tmp_path / "out", url=url, token="t-prof", poll_s=0.05)
+        )
+    )
+    worker.start()
+    try:
+        assert entered.wait(30)
+        with pytest.raises(client.HandInRefused, match="409.*being graded"):  # one grading at a time
+            client.grade("01_single_node", tmp_path / "y", url=url, token="t-prof", poll_s=0.05)
+    finally:
+        gate.set()
+        worker.join(60)
+    dest = done["dest"]
+    assert (dest / "results" / "alice" / "01_single_node.json").read_text() == "results of alice"
+    assert (dest / "feedback" / "alice" / "01_single_node" / "01_single_node.html").is_file()
+    assert "alice,01_single_node,7" in (dest / "results" / "grades.csv").read_text()
+    assert not (dest / "results" / "alice" / "01_single_node-link").exists()  # no link leaves the service
+    out = capsys.readouterr().out
+    assert "collecting 01_single_node" in out and "graded 1" in out
+
+
+def test_the_batch_runs_without_any_hub_variable_or_token():
+    env = grader.grading_env(
+        {
+            "PATH": "/bin",
+            "JUPYTERHUB_API_TOKEN": "s",
+            "JUPYTERHUB_SERVICE_URL": "u",
+            "JPY_API_TOKEN": "t",
+            "GITHUB_TOKEN": "g",
+            "LABS_OFFLINE": "1",
+        }  # fmt: skip
+    )
+    assert env == {"PATH": "/bin", "LABS_OFFLINE": "1"}
