@@ -9,6 +9,7 @@ leak checks (``tests/conftest.py``) apply to every test of the suite.
 from __future__ import annotations
 
 import pytest
+from support import unprivileged
 
 
 @pytest.fixture(autouse=True)
@@ -17,3 +18,14 @@ def run_root(tmp_path, monkeypatch):
     root = tmp_path / "runs"
     monkeypatch.setenv("LABS_RUN_ROOT", str(root))
     return root
+
+
+@pytest.fixture(scope="module")
+def user():
+    """A real unprivileged user with an interpreter it can run (tests/support/unprivileged.py),
+    removed after the module; the module is skipped, with the reason, where there is none."""
+    made = unprivileged.make()
+    if isinstance(made, str):
+        pytest.skip(made)
+    yield made
+    made.cleanup()

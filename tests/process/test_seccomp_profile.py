@@ -14,7 +14,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support import unprivileged
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "deploy" / "jupyterhub" / "seccomp" / "labs_seccomp.py"
@@ -59,15 +58,6 @@ REFUSED = textwrap.dedent(
             print(name, "refused", exc.errno)
     """
 )
-
-
-@pytest.fixture(scope="module")
-def user():
-    made = unprivileged.make()
-    if isinstance(made, str):
-        pytest.skip(made)
-    yield made
-    made.cleanup()
 
 
 def _under(user, profile: Path, argv: list[str], timeout: float = 300):

@@ -25,15 +25,6 @@ REPO = Path(__file__).resolve().parents[2]
 AGAIN = ["tests/process/test_emulated.py", "tests/process/test_private_network.py"]
 
 
-@pytest.fixture(scope="module")
-def user():
-    made = unprivileged.make()
-    if isinstance(made, str):
-        pytest.skip(made)
-    yield made
-    made.cleanup()
-
-
 def _left(user: unprivileged.Unprivileged) -> list[str]:
     """That user's processes still alive (a bounded wait: the last ones may be ending)."""
     deadline = time.monotonic() + 15

@@ -5,24 +5,13 @@ for, and the batch it runs holds no Hub variable or token."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 import pytest
+from support.fakehub import FakeHubAuth, serving
 
 from lab_utils.hub import client, grader
 from lab_utils.hub.service import GRADE_SCOPE
-
-
-class FakeHubAuth:
-    def __init__(self, users):
-        self.users = users
-
-    async def user_for_token(self, token, sync=True):
-        return self.users.get(token)
-
-    def check_scopes(self, required, model):
-        return {required} & set(model["scopes"])
 
 
 @pytest.fixture
@@ -58,25 +47,9 @@ def served(course):
         "t-prof": {"kind": "user", "name": "prof", "scopes": [GRADE_SCOPE]},
         "t-alice": {"kind": "user", "name": "alice", "scopes": []},
     }
-    started, box = threading.Event(), {}
-
-    def serve():
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        server = grader.make_app(made, FakeHubAuth(users)).listen(0, "127.0.0.1")
-        box["port"], box["loop"] = next(iter(server._sockets.values())).getsockname()[1], loop
-        started.set()
-        loop.run_forever()
-        server.stop()
-        loop.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(30)
-    yield f"http://127.0.0.1:{box['port']}/services/grader/", gate, entered
-    gate.set()
-    box["loop"].call_soon_threadsafe(box["loop"].stop)
-    thread.join(30)
+    with serving(grader.make_app(made, FakeHubAuth(users)), "/services/grader/") as url:
+        yield url, gate, entered
+        gate.set()
 
 
 def test_an_instructor_grades_follows_and_gets_the_results_layout(served, tmp_path, capsys):

@@ -10,6 +10,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support.fakehub import FakeHubAuth, serving
 
 from lab_utils.hub import client
 from lab_utils.hub.service import GRADE_SCOPE, make_app, parse_lab
@@ -75,24 +76,9 @@ def test_due_times_need_a_zone():
         parse_lab("02_ps_async=tomorrow")
 
 
-class FakeHubAuth:
-    """The Hub's answer for each token (HubAuth's user_for_token and check_scopes)."""
-
-    def __init__(self, users):
-        self.users = users
-
-    async def user_for_token(self, token, sync=True):
-        return self.users.get(token)
-
-    def check_scopes(self, required, model):
-        return {required} & set(model["scopes"])
-
-
 @pytest.fixture
 def service(store):
     """The service on a free loopback port, in a thread; yields its URL."""
-    import asyncio
-
     access = "access:services!service=handin"
     auth = FakeHubAuth(
         {
@@ -104,25 +90,8 @@ def service(store):
             "t-other-service": {"kind": "service", "name": "announcer", "scopes": [access]},
         }
     )
-    started, box = threading.Event(), {}
-
-    def serve():
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        server = make_app(store, auth).listen(0, "127.0.0.1")
-        box["port"] = next(iter(server._sockets.values())).getsockname()[1]
-        box["loop"], box["server"] = loop, server
-        started.set()
-        loop.run_forever()
-        server.stop()
-        loop.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(30), "the service did not start"
-    yield f"http://127.0.0.1:{box['port']}/services/handin/"
-    box["loop"].call_soon_threadsafe(box["loop"].stop)
-    thread.join(30)
+    with serving(make_app(store, auth), "/services/handin/") as url:
+        yield url
 
 
 def test_students_hand_in_and_read_only_their_own(service, store, tmp_path):
@@ -384,30 +353,12 @@ def test_disk_work_runs_off_the_event_loop(service, store, tmp_path, monkeypatch
 
 def test_look_alike_names_are_collected_and_returned_to_the_right_student(store, tmp_path):
     """``eveA`` and ``eve%41``: each one's notebook collected, each one's feedback theirs."""
-    import asyncio
-
     access = "access:services!service=handin"
     users = {
         f"t-{n.encode().hex()}": {"kind": "user", "name": n, "scopes": [access]} for n in ("eveA", "eve%41", "学" * 30)
     }
     users["t-prof"] = {"kind": "user", "name": "prof", "scopes": [access, GRADE_SCOPE]}
-    started, box = threading.Event(), {}
-
-    def serve():
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        server = make_app(store, FakeHubAuth(users)).listen(0, "127.0.0.1")
-        box["port"], box["loop"] = next(iter(server._sockets.values())).getsockname()[1], loop
-        started.set()
-        loop.run_forever()
-        server.stop()
-        loop.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(30)
-    url = f"http://127.0.0.1:{box['port']}/services/handin/"
-    try:
+    with serving(make_app(store, FakeHubAuth(users)), "/services/handin/") as url:
         for token, user in users.items():
             if user["name"] != "prof":
                 path = tmp_path / token / "01_single_node.ipynb"
@@ -427,9 +378,6 @@ def test_look_alike_names_are_collected_and_returned_to_the_right_student(store,
             if user["name"] != "prof":
                 pages = client.feedback("01_single_node", tmp_path / "mine" / token, url=url, token=token)
                 assert [p.read_text() for p in pages] == [f"<p>for {user['name']}</p>"]
-    finally:
-        box["loop"].call_soon_threadsafe(box["loop"].stop)
-        thread.join(30)
 
 
 def test_two_users_never_share_a_servers_cgroup():
