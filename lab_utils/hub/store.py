@@ -401,8 +401,10 @@ class Store:
                 shutil.rmtree(folder / r.stamp)
 
     def _receipts(self, key: str, lab: str) -> list[Receipt]:
-        """The receipts kept for ``key``'s hand-ins of ``lab``, oldest first (a folder without
-        one is a hand-in that never completed, and is not counted)."""
+        """The receipts kept for ``key``'s hand-ins of ``lab``, oldest first. A folder with a
+        notebook and no receipt (kept by a service older than receipts, or cut short by a crash
+        before its answer) gets its receipt once, from the notebook; one without a notebook is
+        nothing."""
         folder = self._folder("submitted", key, lab)
         if not folder.is_dir():
             return []
@@ -411,7 +413,14 @@ class Store:
             try:
                 out.append(Receipt.from_json(json.loads((stamp / RECEIPT).read_bytes())))
             except FileNotFoundError:
-                continue
+                notebook = stamp / f"{lab}.ipynb"
+                if notebook.is_file():
+                    data = notebook.read_bytes()
+                    when = datetime.strptime(stamp.name, _STAMP).replace(tzinfo=UTC)
+                    name = out[-1].student if out else student_of(key)
+                    receipt = Receipt(name, lab, stamp.name, sha256(data).hexdigest(), len(data), self._late(lab, when))
+                    _write_durable(stamp / RECEIPT, json.dumps(asdict(receipt)).encode())
+                    out.append(receipt)
         return out
 
     def hand_ins(self, student: str, lab: str) -> list[Receipt]:

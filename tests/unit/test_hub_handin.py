@@ -176,8 +176,14 @@ def test_a_receipt_is_kept_on_disk_before_the_answer_and_read_back_never_recompu
     assert json.loads((stamp / "receipt.json").read_text())["sha256"] == receipt.sha256
     (stamp / "01_single_node.ipynb").write_bytes(b"changed on disk")
     assert store.hand_ins("alice", "01_single_node") == [receipt]  # what the student was told, not a new hash
-    (stamp / "receipt.json").unlink()  # a hand-in that never completed is not one
-    assert store.hand_ins("alice", "01_single_node") == []
+    # a notebook without its receipt (an older service's, or a crash before the answer): nothing
+    # handed in is lost; it gets its receipt once; a folder without a notebook is nothing
+    (stamp / "receipt.json").unlink()
+    (again,) = store.hand_ins("alice", "01_single_node")
+    assert (again.stamp, again.size, again.student) == (receipt.stamp, len(b"changed on disk"), "alice")
+    assert (stamp / "receipt.json").is_file()
+    (stamp.parent / "20260101T000000.000000Z").mkdir()
+    assert store.hand_ins("alice", "01_single_node") == [again]
 
 
 @pytest.mark.parametrize(
