@@ -65,3 +65,13 @@ def test_the_readme_quotes_the_slurm_measurement_and_its_ratio():
         assert f"| {run['wall_s']:.0f} s | {run['per_submission_s']:.1f} s |" in readme, run
     assert bench["per_submission_ratio"] == round(one["per_submission_s"] / many["per_submission_s"], 2)
     assert f"grade {bench['per_submission_ratio']:.2f}x faster per submission" in readme
+
+
+def test_the_grading_guide_quotes_what_the_defences_cost_from_its_json():
+    """grading/README.md's ratios (issue 48's grader against the main before it) are the JSON's."""
+    data = json.loads((REPO / "grading" / "bench_grading_against.json").read_text())
+    text = (REPO / "grading" / "README.md").read_text()
+    row = "| now / before | " + " | ".join(f"{data['labs'][lab]['ratio']:.3f}" for lab in sorted(data["labs"])) + " |"
+    assert row in text, row
+    worst = max(v["ratio"] for v in data["labs"].values())
+    assert f"At most {round((worst - 1) * 100)} % more" in text
