@@ -61,8 +61,9 @@ def require_sandbox(root: Path, isolate: bool | None, unsafe: bool) -> str | Non
             + ("turned off" if isolate is False else "this user is not root, or cgroups are missing")
             + "), so each submission would run as you:\n"
             + what
-            + "\nGrade where the sandbox works: as root on this machine (sudo make autograde ...), on a "
-            "grading node or with SLURM=1 (grading/README.md, 'Grading from the Hub'); or, for submissions "
-            f"you trust, pass {FLAG} (make autograde UNSAFE_NO_SANDBOX=1)."
+            + "\nGrade where the sandbox works: from a Hub server, ask the class's grading service "
+            "(python -m lab_utils.hub grade LAB; deploy/README.md, 'Handing in'); elsewhere as root "
+            "(sudo make autograde ...), on a grading node or with SLURM=1; or, for submissions you trust, "
+            f"pass {FLAG} (make autograde UNSAFE_NO_SANDBOX=1)."
         )
     return f"autograde: {FLAG}: no sandbox; each submission runs as you:\n{what}"

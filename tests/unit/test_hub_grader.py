@@ -93,3 +93,29 @@ def test_the_batch_runs_without_any_hub_variable_or_token():
         }  # fmt: skip
     )
     assert env == {"PATH": "/bin", "LABS_OFFLINE": "1"}
+
+
+def test_results_are_extracted_as_plain_files_under_the_folder_only(tmp_path):
+    """Whatever a results archive holds, what lands is files and folders under the folder asked for."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, kind in (("results/a.json", tarfile.REGTYPE), ("../escaped", tarfile.REGTYPE),
+                           ("/abs", tarfile.REGTYPE), ("results/link", tarfile.SYMTYPE)):  # fmt: skip
+            info = tarfile.TarInfo(name)
+            info.type, info.size = kind, 0 if kind != tarfile.REGTYPE else 2
+            info.linkname = "/etc/passwd" if kind == tarfile.SYMTYPE else ""
+            tar.addfile(info, io.BytesIO(b"{}") if kind == tarfile.REGTYPE else None)
+    dest = tmp_path / "in" / "out"
+    dest.mkdir(parents=True)
+    buf.seek(0)
+    with tarfile.open(fileobj=buf, mode="r:gz") as tar:
+        client._extract_plain(tar, dest)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "in",
+        "in/out",
+        "in/out/results",
+        "in/out/results/a.json",
+    ]
