@@ -480,3 +480,16 @@ def test_the_pods_seccomp_profile_is_the_shipped_one_and_its_installer_puts_it_w
     assert (
         "labs-userns.json" in (DEPLOY / "README.md").read_text() and "Unconfined" in (DEPLOY / "README.md").read_text()
     )
+
+
+def test_the_pods_dev_shm_is_mounted_and_the_guide_says_how_many_ranks_it_holds(values):
+    """Open MPI's segment per rank is at most 4 MiB (btl_vader_segment_size); the labs' largest
+    MPI job has 4 ranks; tests/notebooks/test_labs.py runs Labs 4 and 6 in a tmpfs of this size."""
+    volume = next(v for v in values["singleuser"]["storage"]["extraVolumes"] if v["name"] == "shm")
+    size = _k8s_bytes(volume["emptyDir"]["sizeLimit"])
+    ranks = size // (4 * 2**20)
+    largest = max(int(n) for lab in ("04_allreduce", "05_alexnet", "06_communication")
+                  for n in re.findall(r"np=(\d+)", (ROOT / "grading" / "source" / lab / f"{lab}.ipynb").read_text()))  # fmt: skip
+    assert ranks >= 2 * largest, (ranks, largest)
+    text = " ".join((DEPLOY / "README.md").read_text().split())
+    assert f"/dev/shm: {size // 2**20} MiB, mounted" in text and f"holds {ranks} ranks on one pod" in text
