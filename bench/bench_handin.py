@@ -6,7 +6,7 @@ The Hub is ``deploy/single-machine/jupyterhub_config.py`` as the tests start it
 (tests/support/hub.py: real Unix users, configurable-http-proxy, the service as its own
 account). ``--students`` clients hand in at once, ``--hand-ins`` notebooks of ``--size-mb`` in
 all (each student a few, well under the rate limit), through the proxy with their own Hub
-tokens; meanwhile ``--attackers`` anonymous clients each send 60 MB bodies, again and again,
+tokens; meanwhile ``--attackers`` anonymous clients (a process each) send 60 MB bodies, again and again,
 until the honest ones are done.
 
 Reports: hand-ins answered with a receipt, refused (by status) and lost (a receipt whose
@@ -23,6 +23,8 @@ import argparse
 import base64
 import hashlib
 import json
+import multiprocessing
+import selectors
 import socket
 import sys
 import threading
@@ -76,6 +78,24 @@ def _service_pid(hub) -> int:
     raise RuntimeError("the hand-in service is not running")
 
 
+def _roles(hub, service: int) -> dict[str, list[psutil.Process]]:
+    """The processes whose CPU the bench reports: the service, the proxy, the Hub, this bench."""
+    hub_proc = psutil.Process(hub.proc.pid)
+    proxy = [p for p in hub_proc.children(recursive=True) if "configurable-http-proxy" in " ".join(p.cmdline())]
+    return {"service": [psutil.Process(service)], "proxy": proxy, "hub": [hub_proc], "bench": [psutil.Process()]}
+
+
+def _cpu_s(procs: dict[str, list[psutil.Process]]) -> dict[str, float]:
+    out = {}
+    for role, ps in procs.items():
+        total = 0.0
+        for p in ps:
+            t = p.cpu_times()
+            total += t.user + t.system + (t.children_user + t.children_system if role == "bench" else 0)
+        out[role] = total
+    return out
+
+
 def _vm(pid: int, field: str) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -83,34 +103,38 @@ def _vm(pid: int, field: str) -> float:
     raise RuntimeError(f"no {field} for pid {pid}")
 
 
-def _attack(url: str, stop: threading.Event, got: dict, lock: threading.Lock) -> None:
-    """Anonymous 60 MB bodies, one after another, until ``stop``."""
+def _attack(url: str, stop, got: dict, lock: threading.Lock, mbit: float | None = None) -> None:
+    """Anonymous 60 MB bodies, one after another, until ``stop``: each connection sends until it
+    is answered or closed, as fast as the other side reads (``mbit`` None: loopback's speed,
+    gigabytes a second) or at ``mbit`` Mbit/s (a client's link)."""
+    rate = mbit * 1e6 / 8 if mbit else None
     where = urlparse(url)
     chunk = b"x" * 2**16
+    head = f"POST {where.path}api/hand-ins/{LAB} HTTP/1.1\r\nHost: x\r\nContent-Length: {ATTACK_BYTES}\r\n\r\n"
     while not stop.is_set():
         sent, answer = 0, b""
         try:
             with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
-                head = (
-                    f"POST {where.path}api/hand-ins/{LAB} HTTP/1.1\r\nHost: x\r\nContent-Length: {ATTACK_BYTES}\r\n\r\n"
-                )
                 sock.sendall(head.encode())
                 sock.setblocking(False)
-                while sent < ATTACK_BYTES and not stop.is_set() and not answer:
-                    try:
-                        sent += sock.send(chunk)
-                    except BlockingIOError:
-                        pass
-                    except (BrokenPipeError, ConnectionResetError):
-                        break
-                    try:
-                        answer = sock.recv(4096)
-                    except BlockingIOError:
-                        pass
-                    except ConnectionResetError:
-                        break
-                    if not answer:
-                        time.sleep(0.001)  # the socket's buffer is full: let the other side read
+                t0 = time.monotonic()
+                with selectors.DefaultSelector() as sel:
+                    sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
+                    while not answer and not stop.is_set():
+                        ahead = (sent - rate * (time.monotonic() - t0)) / rate if rate else 0.0
+                        want = selectors.EVENT_READ | (
+                            selectors.EVENT_WRITE if ahead <= 0 and sent < ATTACK_BYTES else 0
+                        )
+                        sel.modify(sock, want)
+                        events = sel.select(timeout=max(ahead, 0.0) if ahead > 0 else 30)
+                        if not events:
+                            if ahead > 0:
+                                continue  # the link's pace: send again now
+                            break
+                        if events[0][1] & selectors.EVENT_READ:
+                            answer = sock.recv(4096) or b"closed"
+                        else:
+                            sent += sock.send(chunk[: ATTACK_BYTES - sent])
         except OSError:
             pass
         status = answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/") else "closed"
@@ -118,6 +142,14 @@ def _attack(url: str, stop: threading.Event, got: dict, lock: threading.Lock) ->
             got["bodies"] += 1
             got["statuses"][status] = got["statuses"].get(status, 0) + 1
             got["max_sent_mb"] = max(got["max_sent_mb"], round(sent / 2**20, 2))
+
+
+def _attacker(url: str, stop, results, mbit: float | None) -> None:
+    """One anonymous client, in a process of its own (its loop takes no turn from the honest
+    clients' threads); what it got goes to ``results``."""
+    got = {"bodies": 0, "statuses": {}, "max_sent_mb": 0.0}
+    _attack(url, stop, got, threading.Lock(), mbit)
+    results.put(got)
 
 
 def _hand_in(url: str, token: str, data: bytes) -> tuple[float, int, dict | str]:
@@ -139,7 +171,7 @@ def _quantile(xs: list[float], q: float) -> float:
     return round(xs[min(len(xs) - 1, int(q * len(xs)))], 3) if xs else float("nan")
 
 
-def run(students: int, hand_ins: int, size_mb: float, attackers: int) -> dict:
+def run(students: int, hand_ins: int, size_mb: float, attackers: int, attack_mbit: float | None = None) -> dict:
     hub = local_hub.start(students=students, labs=[LAB])
     if isinstance(hub, str):
         raise SystemExit(f"bench_handin: {hub}")
@@ -147,20 +179,28 @@ def run(students: int, hand_ins: int, size_mb: float, attackers: int) -> dict:
         url = f"{hub.url}/services/{local_hub.SERVICE}/"
         pid = _service_pid(hub)
         before = _vm(pid, "VmRSS")
+        roles = _roles(hub, pid)
         names = hub.students
         jobs = [(names[i % len(names)], notebook(size_mb, i)) for i in range(hand_ins)]
-        stop, lock = threading.Event(), threading.Lock()
-        attacked = {"bodies": 0, "statuses": {}, "max_sent_mb": 0.0}
-        threads = [threading.Thread(target=_attack, args=(url, stop, attacked, lock)) for _ in range(attackers)]
-        for t in threads:
-            t.start()
-        t0 = time.monotonic()
+        ctx = multiprocessing.get_context("fork")
+        stop, results = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=_attacker, args=(url, stop, results, attack_mbit)) for _ in range(attackers)]
+        for p in procs:
+            p.start()
+        t0, cpu0 = time.monotonic(), _cpu_s(roles)
         with ThreadPoolExecutor(max_workers=students) as pool:
             answers = list(pool.map(lambda job: (job, _hand_in(url, hub.users[job[0]].token, job[1])), jobs))
-        wall = time.monotonic() - t0
+        wall, cpu1 = time.monotonic() - t0, _cpu_s(roles)
         stop.set()
-        for t in threads:
-            t.join(60)
+        attacked = {"bodies": 0, "statuses": {}, "max_sent_mb": 0.0}
+        for _ in procs:
+            got = results.get(timeout=60)
+            attacked["bodies"] += got["bodies"]
+            attacked["max_sent_mb"] = max(attacked["max_sent_mb"], got["max_sent_mb"])
+            for status, n in got["statuses"].items():
+                attacked["statuses"][status] = attacked["statuses"].get(status, 0) + n
+        for p in procs:
+            p.join(60)
         peak = _vm(pid, "VmHWM")
         proxy = [
             p
@@ -186,6 +226,7 @@ def run(students: int, hand_ins: int, size_mb: float, attackers: int) -> dict:
             "hand_ins": hand_ins,
             "notebook_mb": round(sum(len(d) for _, d in jobs) / len(jobs) / 2**20, 2),
             "anonymous_clients": attackers,
+            "anonymous_mbit_each": attack_mbit,  # None: as fast as loopback takes it
             "receipts": len(receipts),
             "refused": refused,
             "lost": lost,
@@ -199,6 +240,9 @@ def run(students: int, hand_ins: int, size_mb: float, attackers: int) -> dict:
             "service_peak_rss_mb": peak,
             "proxy_rss_after_mb": round(sum(p.memory_info().rss for p in proxy) / 2**20, 1) if proxy else None,
             "anonymous": attacked,
+            # CPU seconds each spent while the honest clients handed in ("bench": the honest clients'
+            # threads; the attackers' processes are counted once they have ended, with the bench)
+            "cpu_s": {role: round(cpu1[role] - cpu0[role], 2) for role in cpu0},
             "cores": psutil.cpu_count(),
         }
     finally:
@@ -214,9 +258,10 @@ def main() -> None:
     ap.add_argument("--hand-ins", type=int, default=300)
     ap.add_argument("--size-mb", type=float, default=1.0)
     ap.add_argument("--attackers", type=int, default=10)
+    ap.add_argument("--attack-mbit", type=float, default=None, help="each attacker's link (default: loopback's speed)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    emit(run(args.students, args.hand_ins, args.size_mb, args.attackers), args.out)
+    emit(run(args.students, args.hand_ins, args.size_mb, args.attackers, args.attack_mbit), args.out)
 
 
 if __name__ == "__main__":

@@ -226,11 +226,11 @@ def check_notebook(data: bytes) -> None:
 
 
 class Incoming:
-    """A body on its way in, written to the store's disk as it arrives (never held in memory),
-    hashed as it goes. ``discard()`` when it is not kept."""
+    """A body on its way in, written to the store's disk as it arrives (never held in memory);
+    hashed when it is checked (off the service's event loop). ``discard()`` when it is not kept."""
 
     def __init__(self, folder: Path, limit: int):
-        self.limit, self.size, self._hash, self.kept = limit, 0, sha256(), False
+        self.limit, self.size, self.kept, self.sha256 = limit, 0, False, None
         fd, name = tempfile.mkstemp(dir=folder, prefix="body-")
         self.path, self._file = Path(name), os.fdopen(fd, "wb")
 
@@ -238,17 +238,12 @@ class Incoming:
         self.size += len(chunk)
         if self.size > self.limit:
             raise HandInError(f"the body passes {self.limit // 2**20} MB, the most a hand-in may be", 413)
-        self._hash.update(chunk)
         try:
             self._file.write(chunk)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise _disk_full(exc) from None
             raise
-
-    @property
-    def sha256(self) -> str:
-        return self._hash.hexdigest()
 
     def close(self) -> None:
         if not self._file.closed:
@@ -339,11 +334,15 @@ class Store:
         """HandInError unless a received body is a notebook (the step that takes memory: the
         service runs one at a time)."""
         body.close()
-        check_notebook(body.path.read_bytes())
+        data = body.path.read_bytes()
+        body.sha256 = sha256(data).hexdigest()  # hashlib lets go of the GIL for a body this size
+        check_notebook(data)
 
     def keep_body(self, student: str, lab: str, body: Incoming, now: datetime | None = None) -> Receipt:
         """Keep a checked body as ``student``'s hand-in of ``lab``, on disk before this returns."""
         key, lab = safe_name(student), self._lab(lab)
+        if body.sha256 is None:
+            raise ValueError("keep_body() needs a body check_body() took")
         body.close()
         self.room_for(body.size)
         self._within_quota(student, body.size)
