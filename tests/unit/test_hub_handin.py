@@ -421,3 +421,16 @@ def test_the_grading_service_collects_and_returns_but_is_no_student(service, sto
         client.feedback("01_single_node", tmp_path / "fb", url=service, token="t-grader")
     with pytest.raises(client.HandInRefused, match="403.*a service may only collect"):
         client.whoami(url=service, token="t-other-service")
+
+
+def test_the_deploy_guide_quotes_the_deadline_bench():
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    bench = json.loads((root / "deploy" / "bench_handin.json").read_text())
+    text = " ".join((root / "deploy" / "README.md").read_text().split())
+    lat = bench["receipt_latency_s"]
+    assert bench["lost"] == 0 and bench["receipts"] == bench["hand_ins"] and not bench["refused"]
+    assert f"{bench['receipts']} receipts, {bench['lost']} lost, none refused" in text
+    assert f"peaked at {bench['service_peak_rss_mb']} MB" in text and bench["service_peak_rss_mb"] <= 256
+    assert f"{lat['p50']} s at the median and {lat['p99']} s at the 99th percentile" in text
