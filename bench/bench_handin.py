@@ -149,6 +149,7 @@ def _attacker(url: str, stop, results, mbit: float | None) -> None:
     clients' threads); what it got goes to ``results``."""
     got = {"bodies": 0, "statuses": {}, "max_sent_mb": 0.0}
     _attack(url, stop, got, threading.Lock(), mbit)
+    got["cpu_s"] = time.process_time()  # this process's whole life: the attack
     results.put(got)
 
 
@@ -192,10 +193,11 @@ def run(students: int, hand_ins: int, size_mb: float, attackers: int, attack_mbi
             answers = list(pool.map(lambda job: (job, _hand_in(url, hub.users[job[0]].token, job[1])), jobs))
         wall, cpu1 = time.monotonic() - t0, _cpu_s(roles)
         stop.set()
-        attacked = {"bodies": 0, "statuses": {}, "max_sent_mb": 0.0}
+        attacked = {"bodies": 0, "statuses": {}, "max_sent_mb": 0.0, "cpu_s": 0.0}
         for _ in procs:
             got = results.get(timeout=60)
             attacked["bodies"] += got["bodies"]
+            attacked["cpu_s"] = round(attacked["cpu_s"] + got["cpu_s"], 2)
             attacked["max_sent_mb"] = max(attacked["max_sent_mb"], got["max_sent_mb"])
             for status, n in got["statuses"].items():
                 attacked["statuses"][status] = attacked["statuses"].get(status, 0) + n
