@@ -37,6 +37,7 @@ import io
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -48,7 +49,7 @@ from urllib.parse import urlparse
 from tornado import ioloop, web
 
 from . import client
-from .service import GRADE_SCOPE
+from .service import GRADE_SCOPE, token_owner
 
 __all__ = ["Grader", "make_app", "main"]
 
@@ -121,8 +122,6 @@ class Grader:
         lab = job.lab
         submitted = self.course.parent / "hub-submitted" / lab
         if submitted.exists():
-            import shutil
-
             shutil.rmtree(submitted)
         submitted.mkdir(parents=True, mode=0o700)
         job.say(f"collecting {lab} from the hand-in service")
@@ -186,10 +185,7 @@ class _Handler(web.RequestHandler):
         return None
 
     async def prepare(self):
-        kind, _, token = self.request.headers.get("Authorization", "").partition(" ")
-        if kind.lower() not in ("token", "bearer") or not token.strip():
-            raise web.HTTPError(401, reason="send your Hub token: Authorization: token $JUPYTERHUB_API_TOKEN")
-        model = await self.auth.user_for_token(token.strip(), sync=False)
+        model = await token_owner(self.request, self.auth)
         if not model or model.get("kind", "user") != "user" or not self.auth.check_scopes(GRADE_SCOPE, model):
             raise web.HTTPError(403, reason=f"only an instructor of this course grades ({GRADE_SCOPE})")
         self.user = model["name"]

@@ -56,7 +56,7 @@ from tornado import ioloop, web
 from ..grading.late import parse_due
 from .store import MAX_FEEDBACK_BYTES, MAX_NOTEBOOK_BYTES, HandInError, Store, valid_key
 
-__all__ = ["GRADE_SCOPE", "RATE", "make_app", "parse_lab", "main"]
+__all__ = ["GRADE_SCOPE", "RATE", "make_app", "parse_lab", "token_owner", "main"]
 
 #: The custom scope that makes a Hub user an instructor of the hand-in service.
 GRADE_SCOPE = "custom:handin:grade"
@@ -76,6 +76,15 @@ def parse_lab(spec: str) -> tuple[str, datetime | None]:
         return lab, parse_due(due or None)  # the grader's own reading of a due time
     except ValueError as exc:
         raise ValueError(f"--lab {spec}: {exc}") from None
+
+
+async def token_owner(request, auth) -> dict | None:
+    """The Hub's model of whoever holds the request's token (None: the Hub knows no such token);
+    401 without one. Read from the headers alone."""
+    kind, _, token = request.headers.get("Authorization", "").partition(" ")
+    if kind.lower() not in ("token", "bearer") or not token.strip():
+        raise web.HTTPError(401, reason="send your Hub token: Authorization: token $JUPYTERHUB_API_TOKEN")
+    return await auth.user_for_token(token.strip(), sync=False)
 
 
 class _Shared:
@@ -111,11 +120,7 @@ class _Handler(web.RequestHandler):
 
     async def prepare(self):
         self.request.connection.set_max_body_size(0)  # until the route says otherwise
-        header = self.request.headers.get("Authorization", "")
-        kind, _, token = header.partition(" ")
-        if kind.lower() not in ("token", "bearer") or not token.strip():
-            raise web.HTTPError(401, reason="send your Hub token: Authorization: token $JUPYTERHUB_API_TOKEN")
-        model = await self.shared.auth.user_for_token(token.strip(), sync=False)
+        model = await token_owner(self.request, self.shared.auth)
         kind = (model or {}).get("kind", "user")
         if not model or kind not in ("user", "service"):
             raise web.HTTPError(403, reason="the Hub does not know this token as a user's")

@@ -320,15 +320,10 @@ class Store:
         body = self.incoming()
         try:
             body.write(data)
-            body.close()
-            return self.hand_in_body(student, lab, body, now)
+            self.check_body(body)
+            return self.keep_body(student, lab, body, now)
         finally:
             body.discard()
-
-    def hand_in_body(self, student: str, lab: str, body: Incoming, now: datetime | None = None) -> Receipt:
-        """Keep a received body (:meth:`incoming`) as ``student``'s hand-in of ``lab``."""
-        self.check_body(body)
-        return self.keep_body(student, lab, body, now)
 
     def check_body(self, body: Incoming) -> None:
         """HandInError unless a received body is a notebook (the step that takes memory: the
