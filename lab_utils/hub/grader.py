@@ -51,7 +51,7 @@ from tornado import ioloop, web
 from . import client
 from .service import GRADE_SCOPE, token_owner
 
-__all__ = ["Grader", "make_app", "main"]
+__all__ = ["Grader", "SERVER_OPTIONS", "make_app", "main"]
 
 log = logging.getLogger("lab_utils.hub.grader")
 #: Lines of a job's output kept (the progress the instructor follows).
@@ -218,6 +218,11 @@ class Results(_Handler):
         self.finish(data)
 
 
+#: No route takes a body: tornado refuses one from its Content-Length, before reading it and
+#: before any token is checked.
+SERVER_OPTIONS = {"max_body_size": 1024, "max_buffer_size": 2**20, "idle_connection_timeout": 60}
+
+
 def make_app(grader: Grader, auth, prefix: str = "/services/grader/") -> web.Application:
     p = prefix.rstrip("/") + "/api"
     kw = {"grader": grader, "auth": auth}
@@ -247,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 
     where = urlparse(url)
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/grader/")
-    make_app(grader, HubAuth(cache_max_age=60), prefix).listen(where.port, where.hostname)
+    make_app(grader, HubAuth(cache_max_age=60), prefix).listen(where.port, where.hostname, **SERVER_OPTIONS)
     log.info("serving %s at %s: course %s, hand-ins from %s", prefix, url, grader.course, args.handin_url)
     ioloop.IOLoop.current().start()
     return 0

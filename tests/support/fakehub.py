@@ -22,15 +22,15 @@ class FakeHubAuth:
 
 
 @contextlib.contextmanager
-def serving(app, prefix: str):
-    """``app`` served on 127.0.0.1 (a port the OS picks) in a thread of its own; yields
-    ``http://127.0.0.1:<port><prefix>``, and stops it on the way out."""
+def serving(app, prefix: str, **options):
+    """``app`` served on 127.0.0.1 (a port the OS picks) in a thread of its own, with the HTTP
+    server's ``options``; yields ``http://127.0.0.1:<port><prefix>``, and stops it on the way out."""
     started, box = threading.Event(), {}
 
     def serve():
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        server = app.listen(0, "127.0.0.1")
+        server = app.listen(0, "127.0.0.1", **options)
         box["port"], box["loop"] = next(iter(server._sockets.values())).getsockname()[1], loop
         started.set()
         loop.run_forever()

@@ -47,7 +47,7 @@ def served(course):
         "t-prof": {"kind": "user", "name": "prof", "scopes": [GRADE_SCOPE]},
         "t-alice": {"kind": "user", "name": "alice", "scopes": []},
     }
-    with serving(grader.make_app(made, FakeHubAuth(users)), "/services/grader/") as url:
+    with serving(grader.make_app(made, FakeHubAuth(users)), "/services/grader/", **grader.SERVER_OPTIONS) as url:
         yield url, gate, entered
         gate.set()
 
@@ -119,3 +119,18 @@ def test_results_are_extracted_as_plain_files_under_the_folder_only(tmp_path):
         "in/out/results",
         "in/out/results/a.json",
     ]
+
+
+def test_a_body_sent_to_the_grading_service_is_refused_unread(served):
+    """No route takes one: 60 MB announced, a few bytes sent, the answer comes and the connection closes."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(served[0])
+    with socket.create_connection((url.hostname, url.port), timeout=20) as sock:
+        head = f"POST {url.path}api/grade/01_single_node HTTP/1.1\r\nHost: x\r\nContent-Length: {60 * 2**20}\r\n\r\n"
+        sock.sendall(head.encode() + b"x" * 1024)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
