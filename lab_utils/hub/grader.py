@@ -49,7 +49,7 @@ from urllib.parse import urlparse
 from tornado import ioloop, web
 
 from . import client
-from .service import GRADE_SCOPE, token_owner
+from .service import GRADE_SCOPE, Refusals, more_files, token_owner
 
 __all__ = ["Grader", "SERVER_OPTIONS", "make_app", "main"]
 
@@ -178,16 +178,20 @@ def _plain_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 
 
 class _Handler(web.RequestHandler):
-    def initialize(self, grader: Grader, auth):
-        self.grader, self.auth = grader, auth
+    def initialize(self, grader: Grader, auth, refusals: Refusals):
+        self.grader, self.auth, self.refusals = grader, auth, refusals
 
     def check_xsrf_cookie(self):
         return None
 
     async def prepare(self):
-        model = await token_owner(self.request, self.auth)
-        if not model or model.get("kind", "user") != "user" or not self.auth.check_scopes(GRADE_SCOPE, model):
-            raise web.HTTPError(403, reason=f"only an instructor of this course grades ({GRADE_SCOPE})")
+        try:
+            model = await token_owner(self.request, self.auth)
+            if not model or model.get("kind", "user") != "user" or not self.auth.check_scopes(GRADE_SCOPE, model):
+                raise web.HTTPError(403, reason=f"only an instructor of this course grades ({GRADE_SCOPE})")
+        except web.HTTPError:
+            await self.refusals.hold()  # as the hand-in service: one refusal a second a connection
+            raise
         self.user = model["name"]
 
     def write_error(self, status_code, **kwargs):
@@ -223,9 +227,11 @@ class Results(_Handler):
 SERVER_OPTIONS = {"max_body_size": 1024, "max_buffer_size": 2**20, "idle_connection_timeout": 60}
 
 
-def make_app(grader: Grader, auth, prefix: str = "/services/grader/") -> web.Application:
+def make_app(
+    grader: Grader, auth, prefix: str = "/services/grader/", refusals: Refusals | None = None
+) -> web.Application:
     p = prefix.rstrip("/") + "/api"
-    kw = {"grader": grader, "auth": auth}
+    kw = {"grader": grader, "auth": auth, "refusals": refusals or Refusals()}
     return web.Application(
         [(rf"{p}/grade/{_LAB}", Grade, kw), (rf"{p}/jobs/([0-9a-f]+)", Jobs, kw), (rf"{p}/results/{_LAB}", Results, kw)]
     )
@@ -252,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
 
     where = urlparse(url)
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/grader/")
+    more_files()
     make_app(grader, HubAuth(cache_max_age=60), prefix).listen(where.port, where.hostname, **SERVER_OPTIONS)
     log.info("serving %s at %s: course %s, hand-ins from %s", prefix, url, grader.course, args.handin_url)
     ioloop.IOLoop.current().start()

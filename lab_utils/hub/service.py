@@ -30,9 +30,11 @@ feedback keeps it), URL-quoted once and decoded once.
 At a deadline, with a class that may hold someone hostile: every request is authenticated from
 its headers, before any byte of its body is read (401/403, and the connection is closed); a body
 streams to the store's disk, never into memory, within :data:`~lab_utils.hub.store.MAX_NOTEBOOK_BYTES`
-(413 at once from ``Content-Length``) and a time limit; one notebook is parsed at a time, within
-an element budget; each student may hand in :data:`RATE` times a minute (429); a full disk is a
-507 that says so. Disk work runs off the event loop, so one slow request holds up no other.
+(413 from ``Content-Length``, before it is read) and a time limit; one notebook is parsed at a
+time, within an element budget; each student may hand in :data:`RATE` times a minute (429); a
+full disk is a 507 that says so. A request refused before its body is read is answered after
+:data:`REFUSAL_DELAY_S`, so a client that sends again and again is slowed to one a second.
+Disk work runs off the event loop, so one slow request holds up no other.
 
 A user needs ``access:services!service=<name>`` (the class's ``user`` role and the servers'
 ``server_token_scopes``); an instructor also ``custom:handin:grade``.
@@ -45,6 +47,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import sys
 import time
 from collections import defaultdict, deque
@@ -56,7 +59,7 @@ from tornado import ioloop, web
 from ..grading.late import parse_due
 from .store import MAX_FEEDBACK_BYTES, MAX_NOTEBOOK_BYTES, HandInError, Store, valid_key
 
-__all__ = ["GRADE_SCOPE", "RATE", "make_app", "parse_lab", "token_owner", "main"]
+__all__ = ["GRADE_SCOPE", "RATE", "Refusals", "make_app", "parse_lab", "token_owner", "main"]
 
 #: The custom scope that makes a Hub user an instructor of the hand-in service.
 GRADE_SCOPE = "custom:handin:grade"
@@ -64,8 +67,15 @@ GRADE_SCOPE = "custom:handin:grade"
 RATE = 6
 #: Seconds a body may take to arrive (20 MB at 1 Mbit/s takes 160 s).
 BODY_TIMEOUT_S = 300.0
-#: What the server reads of a connection at once, and how long an idle one stays open.
+#: What the server reads of a connection at most, and how long an idle one stays open.
 SERVER_OPTIONS = {"max_buffer_size": 2**20, "idle_connection_timeout": 60, "body_timeout": BODY_TIMEOUT_S}
+#: Seconds a request refused before its body is read waits for its answer (reading nothing of
+#: it meanwhile): a client refused for who it is, or for what it asks, gets one answer a second
+#: on a connection, however fast it sends again. At most :data:`HELD_MOST` wait at once; the
+#: rest are answered at once. (A held connection costs the service the 64 kB it read with its
+#: headers, and the kernel a socket's buffers, about 200 kB: 25 MB for all of them.)
+REFUSAL_DELAY_S = 1.0
+HELD_MOST = 128
 log = logging.getLogger("lab_utils.hub.service")
 
 
@@ -87,12 +97,40 @@ async def token_owner(request, auth) -> dict | None:
     return await auth.user_for_token(token.strip(), sync=False)
 
 
+class Refusals:
+    """Refusals that wait :data:`REFUSAL_DELAY_S` before they are answered, :data:`HELD_MOST` at
+    most at once. Without the wait, an anonymous client that sends body after body is refused at
+    the speed of a round trip, and each refusal costs the Hub's proxy a connection to the
+    service, a reset (the body it was still forwarding) and an error page from the Hub: ten such
+    clients took more of a 2-core machine than 100 students handing in (bench/bench_handin.py)."""
+
+    def __init__(self, delay: float = REFUSAL_DELAY_S, most: int = HELD_MOST):
+        self.delay, self.most, self.held = delay, most, 0
+        self.sleep = asyncio.sleep
+
+    async def hold(self) -> None:
+        if self.delay <= 0 or self.held >= self.most:
+            return
+        self.held += 1
+        try:
+            await self.sleep(self.delay)
+        finally:
+            self.held -= 1
+
+
+def more_files() -> None:
+    """Raise this process's open-file limit to its hard limit: each connection is one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 class _Shared:
     """What every request of one service shares: the store, the Hub, one parse at a time, and
     each student's recent hand-ins (the rate limit)."""
 
-    def __init__(self, store: Store, auth, name: str, rate: int):
-        self.store, self.auth, self.name, self.rate = store, auth, name, rate
+    def __init__(self, store: Store, auth, name: str, rate: int, refusals: Refusals):
+        self.store, self.auth, self.name, self.rate, self.refusals = store, auth, name, rate, refusals
         self.parsing = asyncio.Semaphore(1)  # a notebook's parse is what takes memory
         self.recent: dict[str, deque] = defaultdict(deque)
 
@@ -120,6 +158,13 @@ class _Handler(web.RequestHandler):
 
     async def prepare(self):
         self.request.connection.set_max_body_size(0)  # until the route says otherwise
+        try:
+            await self._admit()
+        except web.HTTPError:
+            await self.shared.refusals.hold()
+            raise
+
+    async def _admit(self):
         model = await token_owner(self.request, self.shared.auth)
         kind = (model or {}).get("kind", "user")
         if not model or kind not in ("user", "service"):
@@ -273,12 +318,17 @@ class ReturnFeedback(_Handler):
 
 
 def make_app(
-    store: Store, auth, prefix: str = "/services/handin/", name: str = "handin", rate: int = RATE
+    store: Store,
+    auth,
+    prefix: str = "/services/handin/",
+    name: str = "handin",
+    rate: int = RATE,
+    refusals: Refusals | None = None,
 ) -> web.Application:
     """The service's tornado application (``auth``: a :class:`jupyterhub.services.auth.HubAuth`).
     Serve it with :data:`SERVER_OPTIONS` (``app.listen(port, host, **SERVER_OPTIONS)``)."""
     p = prefix.rstrip("/") + "/api"
-    kw = {"shared": _Shared(store, auth, name, rate)}
+    kw = {"shared": _Shared(store, auth, name, rate, refusals or Refusals())}
     lab, who = r"([0-9]{2}_[a-z0-9_]+)", r"([^/]+)"
     return web.Application(
         [
@@ -328,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     name = os.environ.get("JUPYTERHUB_SERVICE_NAME", "handin")
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", f"/services/{name}/")
     app = make_app(store, HubAuth(cache_max_age=60), prefix, name, args.rate)
+    more_files()
     app.listen(where.port, where.hostname, **SERVER_OPTIONS)
     log.info("serving %s at %s: labs %s, store %s", prefix, url, ", ".join(sorted(store.due)) or "none", store.root)
     ioloop.IOLoop.current().start()

@@ -11,7 +11,7 @@ import pytest
 from support.fakehub import FakeHubAuth, serving
 
 from lab_utils.hub import client, grader
-from lab_utils.hub.service import GRADE_SCOPE
+from lab_utils.hub.service import GRADE_SCOPE, Refusals
 
 
 @pytest.fixture
@@ -47,7 +47,8 @@ def served(course):
         "t-prof": {"kind": "user", "name": "prof", "scopes": [GRADE_SCOPE]},
         "t-alice": {"kind": "user", "name": "alice", "scopes": []},
     }
-    with serving(grader.make_app(made, FakeHubAuth(users)), "/services/grader/", **grader.SERVER_OPTIONS) as url:
+    app = grader.make_app(made, FakeHubAuth(users), refusals=Refusals(delay=0))  # refusals answered at once
+    with serving(app, "/services/grader/", **grader.SERVER_OPTIONS) as url:
         yield url, gate, entered
         gate.set()
 

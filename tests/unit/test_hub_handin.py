@@ -5,6 +5,7 @@ notebook is refused with a reason. (The real Hub, proxy and users: tests/process
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from datetime import UTC, datetime, timedelta
@@ -13,7 +14,7 @@ import pytest
 from support.fakehub import FakeHubAuth, serving
 
 from lab_utils.hub import client
-from lab_utils.hub.service import GRADE_SCOPE, make_app, parse_lab
+from lab_utils.hub.service import GRADE_SCOPE, REFUSAL_DELAY_S, Refusals, make_app, parse_lab
 from lab_utils.hub.store import HandInError, Store, safe_name, student_of
 
 NB = json.dumps({"cells": [{"cell_type": "code", "source": "x = 1"}], "nbformat": 4, "metadata": {}}).encode()
@@ -77,7 +78,20 @@ def test_due_times_need_a_zone():
 
 
 @pytest.fixture
-def service(store):
+def refusals():
+    """The service's refusals, whose waits are counted, not slept (``waited``)."""
+    held = Refusals()
+    held.waited = []
+
+    async def count(seconds):
+        held.waited.append(seconds)
+
+    held.sleep = count
+    return held
+
+
+@pytest.fixture
+def service(store, refusals):
     """The service on a free loopback port, in a thread; yields its URL."""
     access = "access:services!service=handin"
     auth = FakeHubAuth(
@@ -90,7 +104,7 @@ def service(store):
             "t-other-service": {"kind": "service", "name": "announcer", "scopes": [access]},
         }
     )
-    with serving(make_app(store, auth), "/services/handin/") as url:
+    with serving(make_app(store, auth, refusals=refusals), "/services/handin/") as url:
         yield url
 
 
@@ -303,7 +317,7 @@ def _answer(sock) -> bytes:
     return out
 
 
-def test_a_body_is_refused_before_it_is_read_without_a_token_or_above_the_limit(service):
+def test_a_body_is_refused_before_it_is_read_without_a_token_or_above_the_limit(service, refusals):
     big = str(60 * 2**20)
     anonymous = _send_head(service, "POST", "hand-ins/01_single_node", {"Content-Length": big}, b"x" * 65536)
     reply = _answer(anonymous)  # answered, and closed, with 59.9 MB still unsent
@@ -320,6 +334,27 @@ def test_a_body_is_refused_before_it_is_read_without_a_token_or_above_the_limit(
     )
     reply = _answer(student)
     assert reply.startswith(b"HTTP/1.1 413") and b"above the 20 MB" in reply
+    assert refusals.waited == [REFUSAL_DELAY_S] * 3  # each refusal waited before it was answered
+    assert client.whoami(url=service, token="t-alice")["user"] == "alice"
+    assert len(refusals.waited) == 3  # what is not refused does not wait
+
+
+def test_refusals_wait_a_second_but_never_more_than_so_many_at_once():
+    async def main():
+        held = Refusals(delay=0.01, most=2)
+        seen = []
+        real = held.sleep
+
+        async def watch(seconds):
+            seen.append(held.held)
+            await real(seconds)
+
+        held.sleep = watch
+        await asyncio.gather(*(held.hold() for _ in range(5)))
+        return seen, held.held
+
+    seen, after = asyncio.run(main())
+    assert seen == [1, 2] and after == 0  # two waited; the other three were answered at once
 
 
 def test_a_student_who_floods_is_slowed_and_others_are_not(service, tmp_path):
@@ -406,7 +441,9 @@ def test_the_deploy_guide_states_the_services_own_limits():
     assert f"within {d['quota'] // 2**20} MB in all" in text and f"x {d['quota'] // 2**20} MB at worst" in text
     assert f"{service.RATE} hand-ins a minute" in text
     assert f"below {d['min_free'] // 2**20} MB (507" in text
-    assert f"above {store.MAX_NOTEBOOK_BYTES // 2**20} MB (413)" in text
+    assert f"above {store.MAX_NOTEBOOK_BYTES // 2**20} MB (413" in text
+    assert f"A refusal waits {'a second' if service.REFUSAL_DELAY_S == 1 else service.REFUSAL_DELAY_S}" in text
+    assert f"{service.HELD_MOST} at most at once" in text
 
 
 def test_the_grading_service_collects_and_returns_but_is_no_student(service, store, tmp_path):
@@ -427,10 +464,12 @@ def test_the_deploy_guide_quotes_the_deadline_bench():
     from pathlib import Path
 
     root = Path(__file__).parents[2]
-    bench = json.loads((root / "deploy" / "bench_handin.json").read_text())
     text = " ".join((root / "deploy" / "README.md").read_text().split())
-    lat = bench["receipt_latency_s"]
-    assert bench["lost"] == 0 and bench["receipts"] == bench["hand_ins"] and not bench["refused"]
-    assert f"{bench['receipts']} receipts, {bench['lost']} lost, none refused" in text
-    assert f"peaked at {bench['service_peak_rss_mb']} MB" in text and bench["service_peak_rss_mb"] <= 256
-    assert f"{lat['p50']} s at the median and {lat['p99']} s at the 99th percentile" in text
+    for name, attackers in (("bench_handin.json", 10), ("bench_handin_100.json", 100)):
+        bench = json.loads((root / "deploy" / name).read_text())
+        lat = bench["receipt_latency_s"]
+        assert bench["anonymous_clients"] == attackers and bench["anonymous"]["bodies"] > 0
+        assert bench["lost"] == 0 and bench["receipts"] == bench["hand_ins"] and not bench["refused"]
+        assert f"{bench['receipts']} receipts, {bench['lost']} lost, none refused" in text
+        assert f"peaked at {bench['service_peak_rss_mb']} MB" in text and bench["service_peak_rss_mb"] <= 256
+        assert f"{lat['p50']} s at the median and {lat['p99']} s at the 99th percentile" in text
