@@ -38,6 +38,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -49,11 +50,13 @@ from urllib.parse import urlparse
 from tornado import ioloop, web
 
 from . import client
-from .service import GRADE_SCOPE, Refusals, more_files, token_owner
+from .service import GRADE_SCOPE, Refusals, more_files, stop_on_signals, token_owner
 
 __all__ = ["Grader", "SERVER_OPTIONS", "make_app", "main"]
 
 log = logging.getLogger("lab_utils.hub.grader")
+#: Seconds a grading step has to stop when the service stops (the Hub waits 10 s in all).
+STOP_GRACE_S = 7.0
 #: Lines of a job's output kept (the progress the instructor follows).
 MAX_LINES = 5000
 _LAB = r"([0-9]{2}_[a-z0-9_]+)"
@@ -72,6 +75,7 @@ class Job:
         self.lines: list[str] = []
         self.state = "running"
         self.started = time.time()
+        self.proc: subprocess.Popen | None = None  # the step under way
 
     def say(self, line: str) -> None:
         self.lines.append(line.rstrip("\n"))
@@ -106,6 +110,22 @@ class Grader:
             self.jobs[job.id] = job
         threading.Thread(target=self._run, args=(job,), daemon=True, name=f"grade-{lab}").start()
         return job
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop the grading under way, if any: its step is interrupted (it says what it kept, and
+        removes its sandboxes), and killed if it has not ended within ``grace_s``."""
+        job = self.running
+        proc = job and job.proc
+        if proc is None or proc.poll() is not None:
+            return
+        log.info("stopping the grading of %s (job %s)", job.lab, job.id)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            log.warning("the grading of %s did not stop within %.0f s: killed", job.lab, grace_s)
+            proc.kill()
+            proc.wait()
 
     def _run(self, job: Job) -> None:
         try:
@@ -148,8 +168,10 @@ class Grader:
                 env=grading_env(dict(os.environ)),
                 cwd=self.course.parent,
             ) as proc:
+                job.proc = proc
                 for line in proc.stdout:
                     job.say(line)
+            job.proc = None
             if proc.returncode != 0:
                 raise RuntimeError(f"{step[0]} exited {proc.returncode}")
 
@@ -260,8 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/grader/")
     more_files()
     make_app(grader, HubAuth(cache_max_age=60), prefix).listen(where.port, where.hostname, **SERVER_OPTIONS)
+    stop_on_signals(grader.stop)
     log.info("serving %s at %s: course %s, hand-ins from %s", prefix, url, grader.course, args.handin_url)
     ioloop.IOLoop.current().start()
+    log.info("stopped")
     return 0
 
 

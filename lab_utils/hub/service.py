@@ -48,6 +48,7 @@ import json
 import logging
 import os
 import resource
+import signal
 import sys
 import time
 from collections import defaultdict, deque
@@ -116,6 +117,24 @@ class Refusals:
             await self.sleep(self.delay)
         finally:
             self.held -= 1
+
+
+def stop_on_signals(first=None) -> None:
+    """SIGINT and SIGTERM stop the event loop, and so this service (after ``first()``, when
+    given). A Hub started as a shell's background job (``jupyterhub &``) starts its services
+    with SIGINT ignored, its stop signal: without this, each would hold the Hub's stop for its
+    30 s interrupt timeout."""
+    loop = asyncio.get_event_loop()
+
+    def stop():
+        try:
+            if first is not None:
+                first()
+        finally:
+            loop.stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
 
 
 def more_files() -> None:
@@ -380,8 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     app = make_app(store, HubAuth(cache_max_age=60), prefix, name, args.rate)
     more_files()
     app.listen(where.port, where.hostname, **SERVER_OPTIONS)
+    stop_on_signals()
     log.info("serving %s at %s: labs %s, store %s", prefix, url, ", ".join(sorted(store.due)) or "none", store.root)
     ioloop.IOLoop.current().start()
+    log.info("stopped")
     return 0
 
 
