@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -94,6 +95,34 @@ def _check_release(labs, root: Path, labs_dir: Path) -> int:
     return 0
 
 
+#: what each command writes under the course root (checked before it starts)
+_WRITES = {
+    "release": ("release",),
+    "autograde": ("gradebook.db", "autograded", "results"),
+    "feedback": ("feedback",),
+    "export": ("results",),
+}
+
+
+def require_writable(root: Path, command: str) -> None:
+    """ValueError, naming the folder and who cannot write it, unless ``command`` can write what
+    it writes under ``root`` (a course laid out for a class is its instructors' group's: an
+    account outside it reads an error here, not 300 lines of a read-only gradebook)."""
+    for name in (".", *_WRITES.get(command, ())):
+        path = (root / name).resolve()
+        if not path.exists():
+            path = path.parent
+        if not os.access(path, os.W_OK):
+            import pwd
+
+            who = pwd.getpwuid(os.geteuid()).pw_name
+            raise ValueError(
+                f"{path} is not writable by you ({who}): {command} writes there. Run it as an instructor "
+                "of this course (the group that owns the course folder: `id` lists yours; a new "
+                "group takes effect at your next login or server start), or give --root a course of your own"
+            )
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     # Ctrl-C (or kill -INT) always stops a batch. A command started in the background by a
@@ -105,6 +134,7 @@ def main(argv=None) -> int:
     root = Path(args.root)
     labs_dir = Path(args.labs_dir) if args.labs_dir else root.resolve().parent / "labs"
     try:
+        require_writable(root, args.command)
         if args.command == "release":
             for path in course.release(labs, root, labs_dir):
                 print(f"released {path}")

@@ -141,6 +141,7 @@ def collect(lab: str, dest: str | os.PathLike, *, url=None, token=None) -> list[
     """Instructor: each student's last hand-in of ``lab`` into ``dest/<student>/<lab>/<lab>.ipynb``
     (with nbgrader's ``timestamp.txt``: the service's arrival time), for ``make autograde``."""
     index = json.loads(_call("GET", f"collect/{quote(lab)}", url=url, token=token)[0])["hand_ins"]
+    _writable(Path(dest), "collect writes each student's hand-in there")
     out = []
     for entry in index:
         data, headers = _call("GET", f"collect/{quote(lab)}/{quote(entry['key'], safe='')}", url=url, token=token)
@@ -157,6 +158,13 @@ def return_feedback(lab: str, feedback_root: str | os.PathLike, *, url=None, tok
     layout, with the folder names ``collect`` wrote) to that student; returns the folders it
     reached."""
     root, done = Path(feedback_root), []
+    pages_of = {f: sorted(p for p in f.glob("*.html") if p.is_file()) for f in sorted(root.glob(f"*/{lab}"))}
+    if not any(pages_of.values()):
+        raise HandInRefused(
+            f"no feedback for {lab} under {root}{'' if root.is_dir() else ' (no such folder)'}: return sends "
+            f"{root}/<student>/{lab}/*.html, which `make feedback LABS={lab[:2]}` (or `python -m lab_utils.hub "
+            f"grade {lab}`, into grading-{lab}/feedback) writes"
+        )
     for folder in sorted(root.glob(f"*/{lab}")):
         pages = sorted(p for p in folder.glob("*.html") if p.is_file())
         if not pages:
@@ -173,6 +181,16 @@ def return_feedback(lab: str, feedback_root: str | os.PathLike, *, url=None, tok
         done.append(key)
     print(f"returned {lab} feedback to {len(done)} student(s)")
     return done
+
+
+def _writable(folder: Path, why: str) -> None:
+    """Make ``folder`` (and its parents), or say why it cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HandInRefused(f"cannot make {folder} ({exc.strerror}): {why}") from None
+    if not os.access(folder, os.W_OK):
+        raise HandInRefused(f"{folder} is not writable by you: {why}; give a folder of your own")
 
 
 def grader_url(url: str | None = None) -> str:
@@ -192,6 +210,8 @@ def grade(lab: str, into: str | os.PathLike | None = None, *, url=None, token=No
     ``into`` (default ``grading-<lab>``): ``results/``, ``feedback/``, ``autograded/``, the
     layout ``make autograde`` and ``make feedback`` write. Returns ``into``."""
     base = grader_url(url)
+    dest = Path(into) if into is not None else Path(f"grading-{lab}")
+    _writable(dest, "grade fetches the results there")  # before the grading, not after it
     job = json.loads(_call("POST", f"grade/{quote(lab)}", data=b"", url=base, token=token)[0])
     print(f"grading {lab}: job {job['id']}", flush=True)
     since = 0
@@ -206,8 +226,6 @@ def grade(lab: str, into: str | os.PathLike | None = None, *, url=None, token=No
     if state["state"] != "done":
         raise HandInRefused(f"grading {lab} failed; its output is above")
     data = _call("GET", f"results/{quote(lab)}", url=base, token=token, timeout=300)[0]
-    dest = Path(into) if into is not None else Path(f"grading-{lab}")
-    dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         _extract_plain(tar, dest)
     print(f"graded {lab}: results in {dest}/results, feedback in {dest}/feedback", flush=True)

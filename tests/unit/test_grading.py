@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -154,6 +155,7 @@ def _notebook(path, cells):
 
 SCRIPT_CELL = """%%writefile train_x.py
 import sys
+from pathlib import Path
 
 
 def build(a):
@@ -400,3 +402,21 @@ def test_a_notebook_s_share_is_its_turns_part_of_the_cpu_and_at_most_its_cpus():
     assert share(0.8, 2, 1.0) == 0.4  # two at once in that 0.8 (a test's jobs=2)
     assert share(2.0, 4, 2.0) == 1.0  # four turns on two cores: a 2-core lab gets one
     assert share(16.0, 8, 2.0) == 2.0
+
+
+def test_a_course_folder_the_grader_cannot_write_is_named_before_any_work(tmp_path, monkeypatch, capsys):
+    """An account outside the course's instructors' group gets one line naming the folder, not a
+    batch that grades for minutes and then fails on a read-only gradebook."""
+    import lab_utils.grading.__main__ as cli
+
+    root = tmp_path / "grading"
+    (root / "autograded").mkdir(parents=True)
+    cli.require_writable(root, "autograde")  # writable: nothing said
+    closed = {(root / "autograded").resolve()}
+    real = os.access
+    monkeypatch.setattr(cli.os, "access", lambda p, mode: Path(p).resolve() not in closed and real(p, mode))
+    started = []
+    monkeypatch.setattr(cli.course, "autograde", lambda *a, **k: started.append(a))
+    assert grading_main(["--root", str(root), "autograde", str(tmp_path / "submitted"), "--labs", "02"]) == 1
+    err = capsys.readouterr().err
+    assert f"{root / 'autograded'} is not writable by you" in err and "instructor" in err and not started

@@ -145,6 +145,27 @@ def test_only_an_instructor_collects_and_returns(service, store, tmp_path):
     assert store.feedback("alice", "02_ps_async") == {"02_ps_async.html": b"<p>well done</p>"}
 
 
+def test_the_instructors_commands_name_what_is_wrong_with_their_folders(service, tmp_path, capsys):
+    from lab_utils.hub.__main__ import main
+
+    nb = tmp_path / "02_ps_async.ipynb"
+    nb.write_bytes(NB)
+    client.hand_in(nb, url=service, token="t-alice")
+    env = {"LABS_HANDIN_URL": service, "JUPYTERHUB_API_TOKEN": "t-prof"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        (tmp_path / "empty" / "alice" / "02_ps_async").mkdir(parents=True)  # a folder, but no page
+        for folder, why in (("nowhere", "(no such folder)"), ("empty", "make feedback LABS=02")):
+            assert main(["return", "02_ps_async", str(tmp_path / folder)]) == 1
+            err = capsys.readouterr().err
+            assert f"no feedback for 02_ps_async under {tmp_path / folder}" in err and why in err
+        (tmp_path / "a-file").write_text("")
+        assert main(["collect", "02_ps_async", str(tmp_path / "a-file" / "sub")]) == 1
+        assert "cannot make" in capsys.readouterr().err
+        assert main(["collect", "02_ps_async", str(tmp_path / "sub")]) == 0
+
+
 def test_the_service_refuses_what_it_cannot_take_and_says_why(service, tmp_path):
     bad = tmp_path / "01_single_node.ipynb"
     bad.write_bytes(b"not a notebook")
