@@ -6,6 +6,8 @@ python -m lab_utils.hub return 02_ps_async grading/feedback  # each student's fe
 python -m lab_utils.hub hand-in labs/02_ps_async/02_ps_async.ipynb
 python -m lab_utils.hub feedback 02_ps_async
 python -m lab_utils.hub whoami
+sudo python -m lab_utils.hub backup --store /srv/handin --course grading /var/backups/labs
+sudo python -m lab_utils.hub restore ARCHIVE --store /srv/handin --course grading [--replace]
 """
 
 from __future__ import annotations
@@ -38,9 +40,24 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("feedback", help="your feedback for LAB, into ~/feedback/LAB")
     p.add_argument("lab")
     sub.add_parser("whoami", help="who the service takes you for, and the open labs")
+    for name, what in (("backup", "the hand-in store and the gradebook into DEST/labs-<time>.tar.gz"),
+                       ("restore", "a backup into the store and the course")):  # fmt: skip
+        p = sub.add_parser(name, help=f"the class's machine: {what}")
+        p.add_argument("dest" if name == "backup" else "archive")
+        p.add_argument("--store", required=True, help="the hand-in store (LABS_HANDIN_STORE)")
+        p.add_argument("--course", required=True, help="the grading course (the repository's grading/)")
+        if name == "restore":
+            p.add_argument("--replace", action="store_true", help="over a store that holds hand-ins (kept beside)")
     args = ap.parse_args(argv)
     try:
-        if args.cmd == "grade":
+        if args.cmd in ("backup", "restore"):
+            from . import backup
+
+            if args.cmd == "backup":
+                backup.backup(args.store, args.course, args.dest)
+            else:
+                backup.restore(args.archive, args.store, args.course, replace=args.replace)
+        elif args.cmd == "grade":
             client.grade(args.lab, args.dest)
         elif args.cmd == "collect":
             client.collect(args.lab, args.dest)
@@ -52,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             client.feedback(args.lab)
         else:
             print(json.dumps(client.whoami(), indent=1))
-    except client.HandInRefused as exc:
+    except (client.HandInRefused, RuntimeError) as exc:  # backup.BackupError is a RuntimeError
         print(f"hub: {exc}", file=sys.stderr)
         return 1
     return 0
