@@ -5,6 +5,8 @@
 #
 # The class's choices, from the environment of the Hub (or edit the defaults here):
 #   LABS_HANDIN_STORE   where hand-ins and feedback are kept (made mode 700, root's)   /srv/handin
+#   LABS_DUE_FILE       the class's due file (lab: due time, a line each; read again when it changes,
+#                       and by the grader: due_file in grading/settings.yml). Instead of:
 #   LABS_HANDIN_LABS    the labs open for hand-in, NAME or NAME=DUE (ISO 8601 with a zone), spaces between
 #   LABS_INSTRUCTORS    the instructors' user names, commas between (they collect and return feedback)
 #   LABS_HUB_URL        this Hub's address as the students' servers reach it          http://127.0.0.1:8000
@@ -25,6 +27,7 @@ store = os.environ.get("LABS_HANDIN_STORE", "/srv/handin")
 labs = os.environ.get(
     "LABS_HANDIN_LABS", "01_single_node 02_ps_async 03_ps_sync 04_allreduce 05_alexnet 06_communication"
 )
+due_file = os.environ.get("LABS_DUE_FILE")
 instructors = [u for u in os.environ.get("LABS_INSTRUCTORS", "").split(",") if u]
 hub_url = os.environ.get("LABS_HUB_URL", "http://127.0.0.1:8000")
 port = int(os.environ.get("LABS_HANDIN_PORT", "10101"))
@@ -58,7 +61,7 @@ c.JupyterHub.services = [
         "name": "handin",
         "url": f"http://127.0.0.1:{port}",
         "command": [handin_python, "-m", "lab_utils.hub.service", "--store", store]
-        + [f"--lab={lab}" for lab in labs.split()],
+        + ([f"--due-file={due_file}"] if due_file else [f"--lab={lab}" for lab in labs.split()]),
         **({"user": handin_user} if handin_user else {}),
     }
 ]

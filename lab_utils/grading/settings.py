@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .late import parse_due
+from .late import DueFile, parse_due
 
 __all__ = ["SETTINGS_FILE", "DEFAULTS", "load_settings", "grading_settings"]
 
@@ -87,14 +87,32 @@ def load_settings(path: Path | str | None = None) -> dict:
     raw = {}
     if path.is_file():
         raw = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(raw, dict) or set(raw) - {"defaults", "labs"}:
-            raise ValueError(f"{path}: expected the mappings `defaults` and `labs`, got {sorted(raw)}")
+        if not isinstance(raw, dict) or set(raw) - {"defaults", "labs", "due_file"}:
+            raise ValueError(f"{path}: expected the mappings `defaults` and `labs` (and due_file), got {sorted(raw)}")
     defaults = _validate(_merge(DEFAULTS, raw.get("defaults") or {}, f"{path} defaults"), f"{path} defaults")
     labs = {
         str(lab): _validate(_merge(defaults, entry or {}, f"{path} labs.{lab}"), f"{path} labs.{lab}")
         for lab, entry in (raw.get("labs") or {}).items()
     }
+    if raw.get("due_file"):
+        _due_from_file(path, raw, defaults, labs)
     return {"defaults": defaults, "labs": labs}
+
+
+def _due_from_file(path: Path, raw: dict, defaults: dict, labs: dict) -> None:
+    """Each lab's ``due`` from the class's due file (``due_file``, relative to ``path``'s
+    folder), the one the hand-in service reads too: a ``due`` here as well would be a second."""
+    twice = ["defaults"] if (raw.get("defaults") or {}).get("due") is not None else []
+    twice += [f"labs.{lab}" for lab, entry in (raw.get("labs") or {}).items() if (entry or {}).get("due") is not None]
+    if twice:
+        raise ValueError(
+            f"{path}: due is set in {', '.join(twice)} and due_file names the class's due file: "
+            "keep the due times in the due file alone (the hand-in service reads it too)"
+        )
+    file = (path.parent / str(raw["due_file"])).resolve()
+    for lab, when in DueFile(file).read().items():
+        entry = labs.setdefault(lab, {**defaults, "timing": dict(defaults["timing"])})
+        entry["due"] = None if when is None else when.isoformat()
 
 
 def grading_settings(lab: str | None = None, path: Path | str | None = None) -> dict:

@@ -57,7 +57,7 @@ from urllib.parse import urlparse
 
 from tornado import ioloop, web
 
-from ..grading.late import parse_due
+from ..grading.late import DueFile, parse_due
 from .store import MAX_FEEDBACK_BYTES, MAX_NOTEBOOK_BYTES, HandInError, Store, valid_key
 
 __all__ = ["GRADE_SCOPE", "RATE", "Refusals", "make_app", "parse_lab", "token_owner", "main"]
@@ -366,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", required=True, help="folder of hand-ins and feedback (made mode 700)")
     ap.add_argument("--lab", action="append", default=[], help="a lab open for hand-in: NAME or NAME=DUE (ISO 8601)")
     ap.add_argument(
+        "--due-file",
+        help="the class's due file (lab: due time, one a line), instead of --lab: read again when it "
+        "changes, and read by the grader too (due_file in grading/settings.yml)",
+    )
+    ap.add_argument(
         "--keep",
         type=int,
         default=5,
@@ -377,9 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s handin] %(message)s")
     try:
+        if args.due_file and args.lab:
+            raise ValueError("give --lab or --due-file, not both: the due times come from one place")
         store = Store(
             args.store,
-            dict(parse_lab(spec) for spec in args.lab),
+            DueFile(args.due_file) if args.due_file else dict(parse_lab(spec) for spec in args.lab),
             keep=args.keep,
             quota=int(args.quota_mb * 2**20),
             min_free=int(args.min_free_mb * 2**20),

@@ -44,6 +44,8 @@ from datetime import UTC, datetime, timedelta
 from hashlib import sha256
 from pathlib import Path
 
+from ..grading.late import DueFile
+
 __all__ = [
     "Store",
     "Receipt",
@@ -261,28 +263,32 @@ class Incoming:
 
 class Store:
     """Hand-ins and feedback under ``root``; ``due`` maps each lab that may be handed in to its
-    due time (aware datetime) or None (no due time). ``keep``: hand-ins kept per student and
+    due time (aware datetime) or None (no due time), or is the class's due file
+    (:class:`~lab_utils.grading.late.DueFile`, read again when it changes; a lab it no longer
+    names is closed for hand-in, and its hand-ins are still collected). ``keep``: hand-ins kept per student and
     lab (besides the last on-time and first late one); ``quota``: bytes a student's kept hand-ins
     may hold in all; ``min_free``: bytes of disk that a hand-in may not take."""
 
     def __init__(
         self,
         root: str | os.PathLike,
-        due: dict[str, datetime | None],
+        due: dict[str, datetime | None] | DueFile,
         *,
         keep: int = 5,
         quota: int = 200 * 2**20,
         min_free: int = 256 * 2**20,
     ):
-        bad = [lab for lab in due if not _LAB.match(lab)]
-        if bad:
-            raise ValueError(f"lab names look like 02_ps_async; got {bad}")
-        naive = [lab for lab, t in due.items() if t is not None and t.tzinfo is None]
-        if naive:
-            raise ValueError(f"due times need a time zone (e.g. 2026-12-01T23:59:00+01:00); naive for {naive}")
+        if not isinstance(due, DueFile):
+            bad = [lab for lab in due if not _LAB.match(lab)]
+            if bad:
+                raise ValueError(f"lab names look like 02_ps_async; got {bad}")
+            naive = [lab for lab, t in due.items() if t is not None and t.tzinfo is None]
+            if naive:
+                raise ValueError(f"due times need a time zone (e.g. 2026-12-01T23:59:00+01:00); naive for {naive}")
+            due = dict(due)
         if keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
-        self.root, self.due = Path(root), dict(due)
+        self.root, self._due = Path(root), due
         self.keep, self.quota, self.min_free = keep, quota, min_free
         for folder in (self.root, self.root / "incoming"):
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -290,13 +296,22 @@ class Store:
         for stale in (self.root / "incoming").iterdir():  # bodies a stopped service was receiving
             stale.unlink(missing_ok=True)
 
+    @property
+    def due(self) -> dict[str, datetime | None]:
+        """Each open lab's due time, now."""
+        return self._due.read() if isinstance(self._due, DueFile) else self._due
+
     def _lab(self, lab: str) -> str:
-        if lab not in self.due:
-            raise HandInError(f"no lab {lab!r} is open for hand-in; open: {', '.join(sorted(self.due)) or 'none'}", 404)
+        """``lab``, when it is open for hand-in (HandInError 404 otherwise)."""
+        due = self.due
+        if lab not in due:
+            raise HandInError(f"no lab {lab!r} is open for hand-in; open: {', '.join(sorted(due)) or 'none'}", 404)
         return lab
 
     def _folder(self, kind: str, key: str, lab: str) -> Path:
-        return self.root / kind / valid_key(key) / self._lab(lab)
+        if not _LAB.match(lab):
+            raise HandInError(f"no lab {lab!r}: lab names look like 02_ps_async", 404)
+        return self.root / kind / valid_key(key) / lab
 
     # ---------------------------------------------------------------- room
     def room_for(self, size: int) -> None:
@@ -373,7 +388,8 @@ class Store:
     def _within_quota(self, student: str, size: int) -> None:
         key = safe_name(student)
         base = self.root / "submitted" / key
-        used = sum(r.size for lab in self.due for r in self._receipts(key, lab)) if base.is_dir() else 0
+        labs = [p.name for p in base.iterdir() if _LAB.match(p.name)] if base.is_dir() else []
+        used = sum(r.size for lab in labs for r in self._receipts(key, lab))
         if used + size > self.quota:
             raise HandInError(
                 f"your kept hand-ins hold {used / 2**20:.1f} MB; this one ({size / 2**20:.1f} MB) would pass the "
@@ -423,8 +439,7 @@ class Store:
 
     def keys(self, lab: str) -> list[str]:
         """The folder of everyone who handed ``lab`` in."""
-        self._lab(lab)
-        base = self.root / "submitted"
+        base = self._folder("submitted", "x", lab).parent.parent
         found = [p.name for p in base.iterdir() if _KEY.match(p.name) and (p / lab).is_dir()] if base.is_dir() else []
         return sorted(k for k in found if self._receipts(k, lab))
 
