@@ -16,6 +16,7 @@ from lab_utils.hub import backup
 from lab_utils.hub.__main__ import main
 from lab_utils.hub.store import Store
 
+
 @pytest.fixture(autouse=True)
 def _alembic_on_path(monkeypatch):  # nbgrader runs it to make a gradebook
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}")
