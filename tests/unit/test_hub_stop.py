@@ -36,18 +36,18 @@ def _start(argv: list[str], env: dict) -> subprocess.Popen:
     )
 
 
-def _serving(proc: subprocess.Popen) -> list[str]:
-    """Its log up to the line that says it serves (it is listening then)."""
+def _serving(proc: subprocess.Popen, ready: str) -> list[str]:
+    """Its log up to the line that says it is ready (``ready`` in it)."""
     lines = []
     for line in proc.stderr:
         lines.append(line)
-        if " serving " in line:
+        if ready in line:
             return lines
     raise AssertionError(f"it ended before it served (exit {proc.wait()}):\n{''.join(lines)}")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("which", ["handin", "grader"])
+@pytest.mark.parametrize("which", ["handin", "grader", "culler"])
 def test_a_service_started_with_sigint_ignored_stops_on_the_hubs_signal(which, sig, tmp_path):
     port = _free_port()
     env = {
@@ -55,14 +55,17 @@ def test_a_service_started_with_sigint_ignored_stops_on_the_hubs_signal(which, s
         "JUPYTERHUB_API_TOKEN": "service-token",
         "JUPYTERHUB_API_URL": "http://127.0.0.1:1/hub/api",
     }
+    ready = " serving "
     if which == "handin":
         argv = ["-m", "lab_utils.hub.service", "--store", str(tmp_path / "store"), "--lab", "01_single_node"]
+    elif which == "culler":  # its first round has asked the Hub (here: nobody) for the users
+        argv, ready = ["-m", "lab_utils.hub.culler", "--timeout=3600"], "Connection refused"
     else:
         (tmp_path / "course" / "source").mkdir(parents=True)
         argv = ["-m", "lab_utils.hub.grader", "--course", str(tmp_path / "course"), "--handin-url", "http://x/"]
     proc = _start(argv, env)
     try:
-        _serving(proc)
+        _serving(proc, ready)
         proc.send_signal(sig)
         rc = proc.wait(timeout=30)  # the Hub's own wait is 10 s, then it kills
         rest = proc.stderr.read()
