@@ -108,10 +108,12 @@ def require_writable(root: Path, command: str) -> None:
     """ValueError, naming the folder and who cannot write it, unless ``command`` can write what
     it writes under ``root`` (a course laid out for a class is its instructors' group's: an
     account outside it reads an error here, not 300 lines of a read-only gradebook)."""
+    if not root.is_dir():
+        return  # no course here: the command says so itself
     for name in (".", *_WRITES.get(command, ())):
         path = (root / name).resolve()
-        if not path.exists():
-            path = path.parent
+        while not path.exists():
+            path = path.parent  # what would be made there is made in the first folder that exists
         if not os.access(path, os.W_OK):
             import pwd
 
@@ -132,6 +134,8 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     labs = [s for s in getattr(args, "labs", "").split(",") if s]
     root = Path(args.root)
+    if root.is_dir() and root.stat().st_mode & 0o2000:  # a course laid out for a class's instructors' group
+        os.umask(os.umask(0) & ~0o070)  # what one instructor writes, the others may change
     labs_dir = Path(args.labs_dir) if args.labs_dir else root.resolve().parent / "labs"
     try:
         require_writable(root, args.command)

@@ -6,6 +6,7 @@ python -m lab_utils.hub return 02_ps_async grading/feedback  # each student's fe
 python -m lab_utils.hub hand-in labs/02_ps_async/02_ps_async.ipynb
 python -m lab_utils.hub feedback 02_ps_async
 python -m lab_utils.hub whoami
+sudo python -m lab_utils.hub setup --roster roster.csv      # the class's machine (lab_utils.hub.classroom)
 sudo python -m lab_utils.hub backup --store /srv/handin --course grading /var/backups/labs
 sudo python -m lab_utils.hub restore ARCHIVE --store /srv/handin --course grading [--replace]
 """
@@ -48,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--course", required=True, help="the grading course (the repository's grading/)")
         if name == "restore":
             p.add_argument("--replace", action="store_true", help="over a store that holds hand-ins (kept beside)")
+    from . import classroom
+
+    classroom.add_parser(sub)
     args = ap.parse_args(argv)
+    if args.cmd == "setup":
+        return classroom.main(args)
     try:
         if args.cmd in ("backup", "restore"):
             from . import backup
