@@ -299,13 +299,13 @@ def patchy_graded(tmp_path_factory):
     function of its script hanging in the training process), graded in one course by one
     batch, two at a time as on a grader's two cores (four batches one after another cost the
     suite about 40 s more): ``(root, {lab: result})``."""
-    # Lab 5's hang costs a cell timeout: 30 s for its two CPUs, which the batch stretches to
-    # 60 s where two at a time leave it one core (this machine's two), 9x its longest
-    # legitimate cell on a fast day (6.7 s), so a day twice as slow with a busy core beside it
-    # still finishes every other cell in time. The other labs hang nowhere: the default
+    # Lab 5's hang costs a cell timeout: 22 s for its two CPUs, which the batch stretches to
+    # 44 s where two at a time leave it one core (this machine's two), 6.5x its longest
+    # legitimate cell on a fast day (6.7 s), so a day 2.5x as slow with a busy core beside it
+    # (34 s) still finishes every other cell in time. The other labs hang nowhere: the default
     # timeout. (At 22 s for every lab, a Lab 2 cell that starts a cluster ran past it on a slow
     # day under load, flagged "timed out".)
-    settings = "defaults:\n  interrupt_grace: 10\nlabs:\n  05_alexnet:\n    cell_timeout: 30\n"
+    settings = "defaults:\n  interrupt_grace: 10\nlabs:\n  05_alexnet:\n    cell_timeout: 22\n"
     labs = sorted(crafted.PATCHY)
     root, subs = crafted.course(tmp_path_factory.mktemp("patchy"), labs, settings)
     for lab in labs:  # a batch takes students in name order: the one who hangs first, beside the others

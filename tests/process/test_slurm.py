@@ -108,15 +108,16 @@ LAB1, LAB2 = crafted.CLASS_LAB, "02_ps_async"
 #: their cells alone decides, the same anywhere: the local batch grades them
 #: (tests/notebooks/test_grading_crafted.py), and regrading them here cost the test about 16 s.
 ON_NODES = (
-    "correct",  # the throughput band, timed on the node (its timing lock, its cores)
     "loop",  # the cell timeout, stretched by the node's cores, within the element's --time
     "exits",  # the kernel restarted in the node's sandbox
     "memory",  # the node's memory limit, inside the element's own --mem
     "limits",  # the node's process and disk limits, and its leftover processes killed
     "mixed",  # the shared template restores its test cells; what it can read and leave running there
     "broken",  # the blank release from the shared template, graded in its place
-    "forged",  # the reference timed beside it on the node
+    "forged",  # the throughput test timed on the node (its timing lock, its cores), the reference beside it
 )
+# ("correct" is not graded again here: "forged" is the instructor's solution with a forged
+# figure, timed the same way, and the node's scores equal the local batch's for it)
 
 
 def autograde(cluster: slurm.SlurmCluster, root: Path, subs: Path, *extra: str, **kw):
