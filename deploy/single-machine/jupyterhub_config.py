@@ -25,7 +25,7 @@ import os
 import pwd
 import sys
 
-from lab_utils.hub.classroom import load_class
+from lab_utils.hub.classroom import load_class, private_tmp
 
 c = get_config()  # noqa: F821 (JupyterHub's config loader defines it)
 the_class = load_class()
@@ -71,11 +71,7 @@ def private_tmp_and_tools(spawner):
     """Each server a TMPDIR of its own (~/.tmp, mode 700: no /tmp shared with the class), and
     students a Jupyter without nbgrader's instructor tools."""
     pw = pwd.getpwnam(spawner.user.name)
-    tmp = os.path.join(pw.pw_dir, ".tmp")
-    os.makedirs(tmp, mode=0o700, exist_ok=True)
-    os.chown(tmp, pw.pw_uid, pw.pw_gid)
-    os.chmod(tmp, 0o700)
-    env = {**spawner.environment, "TMPDIR": tmp}
+    env = {**spawner.environment, "TMPDIR": private_tmp(pw.pw_dir, pw.pw_uid, pw.pw_gid)}
     if student_jupyter and spawner.user.name not in instructors:
         env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in (student_jupyter, env.get("JUPYTER_CONFIG_PATH")) if p)
     spawner.environment = env

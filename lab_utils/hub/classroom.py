@@ -41,7 +41,7 @@ from pathlib import Path
 
 from ..grading.layout import REPO_ROOT
 
-__all__ = ["Class", "Roster", "read_roster", "load_class", "setup"]
+__all__ = ["Class", "Roster", "read_roster", "load_class", "private_tmp", "setup"]
 
 CLASS_DIR = Path("/etc/labs")
 GROUP = "labs-instructors"
@@ -108,6 +108,26 @@ def load_class(folder: str | os.PathLike | None = None) -> Class | None:
             key, _, value = line.partition("=")
             env[key.strip()] = shlex.split(value)[0] if value.strip() else ""
     return Class(folder, read_roster(folder / "roster.csv"), env)
+
+
+def private_tmp(home: str | os.PathLike, uid: int, gid: int) -> str:
+    """``home/.tmp``, mode 700 and the user's: a server's own TMPDIR (the Hub makes it, as root,
+    before the server starts). Never through a link the user put there: RuntimeError then."""
+    tmp = os.path.join(home, ".tmp")
+    try:
+        os.mkdir(tmp, 0o700)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise RuntimeError(f"{tmp} is not a folder ({exc.strerror}): remove it, then start the server again") from None
+    try:
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    return tmp
 
 
 # ---------------------------------------------------------------------------------- steps
