@@ -494,3 +494,16 @@ def test_the_deploy_guide_quotes_the_deadline_bench():
         assert f"{bench['receipts']} receipts, {bench['lost']} lost, none refused" in text
         assert f"peaked at {bench['service_peak_rss_mb']} MB" in text and bench["service_peak_rss_mb"] <= 256
         assert f"{lat['p50']} s at the median and {lat['p99']} s at the 99th percentile" in text
+
+
+def test_the_deploy_guide_quotes_the_machines_capacity_bench():
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    bench = json.loads((root / "deploy" / "bench_hub_capacity.json").read_text())
+    text = " ".join((root / "deploy" / "README.md").read_text().split())
+    ws = bench["server_working_set_gb"]
+    assert 0 < ws["min"] <= ws["median"] <= ws["max"] < 2  # under the class's 2 GB a server
+    assert f"a server at rest holds {ws['median']} GB of working set" in text
+    assert f"its services {bench['hub_and_services_rss_gb']} GB together" in text
+    assert f"this course's {bench['cores']}-core machine" in text
