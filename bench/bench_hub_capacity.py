@@ -16,7 +16,6 @@ bench/bench_lab_memory.py's (the table in deploy/README.md). Needs root.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
