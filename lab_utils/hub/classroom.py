@@ -50,6 +50,8 @@ STORE = Path("/srv/handin")
 STUDENT_REPO = Path("/srv/labs-student")
 #: what students may read of the repository: what runs the labs
 PUBLIC = (".venv", "lab_utils")
+#: the first uid of an ordinary user (login.defs' UID_MIN): below it, system accounts the setup never touches
+FIRST_UID = 1000
 _NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _ROLES = {"student": "student", "instructor": "instructor", "ta": "instructor"}
 
@@ -148,6 +150,13 @@ def _group(name: str) -> int:
         _run("groupadd", name)
         _say(f"made the group {name}")
         return grp.getgrnam(name).gr_gid
+
+
+def _uid(name: str) -> int | None:
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
 
 
 def _system_user(name: str) -> pwd.struct_passwd:
@@ -338,6 +347,12 @@ def setup(
 ) -> Class:
     """Set up the class (module docstring); returns what the Hub will read of it."""
     roster = read_roster(roster_file)
+    system = [n for n in roster.everyone if _uid(n) is not None and _uid(n) < FIRST_UID]
+    if system:
+        raise ValueError(
+            f"{roster_file}: {', '.join(system)} are system accounts (uid below {FIRST_UID}): a class's "
+            "people are ordinary users, whose homes the setup closes"
+        )
     repo, folder = Path(repo).resolve(), Path(folder)
     python = Path(python) if python else repo / ".venv" / "bin" / "python"
     gid = _group(group)

@@ -175,6 +175,13 @@ def test_the_setup_is_idempotent_and_refuses_what_students_could_not_reach(laid_
     assert loaded.env == the_class.env
 
 
+def test_a_system_account_on_the_roster_is_refused_before_anything_changes(tmp_path):
+    (tmp_path / "r.csv").write_text("user,role\nprof,instructor\ndaemon,student\n")
+    with pytest.raises(ValueError, match="daemon are system accounts"):
+        classroom.setup(tmp_path / "r.csv", folder=tmp_path / "etc", store=tmp_path / "store")
+    assert not (tmp_path / "etc").exists() and not (tmp_path / "store").exists()
+
+
 @pytest.mark.parametrize(
     "text, why",
     [
