@@ -70,6 +70,7 @@ def backup(store: Path, course: Path, dest: Path, now: datetime | None = None) -
     if not (store / "submitted").is_dir() and not (store / "feedback").is_dir():
         raise BackupError(f"{store} holds no hand-in store (no submitted/ or feedback/)")
     hand_ins = hand_ins_of(store)
+    has_gradebook = (course / GRADEBOOK).is_file()  # one answer, for the archive and its index alike
     dest.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     out = dest / f"labs-{stamp}.tar.gz"
@@ -79,11 +80,11 @@ def backup(store: Path, course: Path, dest: Path, now: datetime | None = None) -
             for kind in ("submitted", "feedback"):
                 if (store / kind).is_dir():
                     tar.add(store / kind, arcname=f"store/{kind}")
-            if (course / GRADEBOOK).is_file():
+            if has_gradebook:
                 with tempfile.TemporaryDirectory() as tmp:
                     _gradebook_copy(course / GRADEBOOK, Path(tmp) / GRADEBOOK)
                     tar.add(Path(tmp) / GRADEBOOK, arcname=GRADEBOOK)
-            index = json.dumps({"hand_ins": hand_ins, "gradebook": (course / GRADEBOOK).is_file()}).encode()
+            index = json.dumps({"hand_ins": hand_ins, "gradebook": has_gradebook}).encode()
             info = tarfile.TarInfo("index.json")
             info.size, info.mtime = len(index), int(datetime.now(UTC).timestamp())
             tar.addfile(info, io.BytesIO(index))
@@ -95,7 +96,7 @@ def backup(store: Path, course: Path, dest: Path, now: datetime | None = None) -
         raise
     print(
         f"backed up {len(hand_ins)} hand-in(s)"
-        + (" and the gradebook" if (course / GRADEBOOK).is_file() else " (no gradebook yet)")
+        + (" and the gradebook" if has_gradebook else " (no gradebook yet)")
         + f" into {out}"
     )
     return out

@@ -347,7 +347,7 @@ def setup(
 ) -> Class:
     """Set up the class (module docstring); returns what the Hub will read of it."""
     roster = read_roster(roster_file)
-    system = [n for n in roster.everyone if _uid(n) is not None and _uid(n) < FIRST_UID]
+    system = [n for n in roster.everyone if (uid := _uid(n)) is not None and uid < FIRST_UID]
     if system:
         raise ValueError(
             f"{roster_file}: {', '.join(system)} are system accounts (uid below {FIRST_UID}): a class's "
