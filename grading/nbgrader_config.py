@@ -19,6 +19,9 @@ c.CourseDirectory.root = str(HERE)
 c.CourseDirectory.course_id = "distributed-dl-labs"
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
+# A course laid out for a class's instructors' group (python -m lab_utils.hub setup makes its
+# folders setgid): what nbgrader writes (releases, feedback), any instructor of the group may redo
+c.CourseDirectory.groupshared = bool(HERE.stat().st_mode & 0o2000)
 # Run-time leftovers must never be released or collected.
 c.CourseDirectory.ignore = [
     ".ipynb_checkpoints",

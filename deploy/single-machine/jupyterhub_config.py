@@ -65,6 +65,9 @@ c.Spawner.environment = {
     "PATH": f"{os.path.dirname(server_python)}:/usr/local/bin:/usr/bin:/bin",
     "LABS_HANDIN_URL": f"{hub_url}/services/handin/",
 }
+# A terminal's shell: interactive, not a login shell (Jupyter's default under a Hub), which reads
+# /etc/profile and so resets PATH: a terminal's `python` would be the system's, or none
+c.Spawner.args = ["--ServerApp.terminado_settings=shell_command=/bin/bash -i"]
 
 
 def private_tmp_and_tools(spawner):

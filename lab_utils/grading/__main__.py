@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 
@@ -125,6 +126,22 @@ def require_writable(root: Path, command: str) -> None:
             )
 
 
+def _shared_gradebook(db: Path) -> None:
+    """The gradebook of a course its instructors' group shares, writable by the group: SQLite
+    makes a database file 0644 whatever the umask (a gradebook the grading service made as root
+    was read-only to every instructor). An empty file is an empty database to SQLite."""
+    try:
+        fd = os.open(db, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o664)
+    except OSError:
+        return  # not ours to make or open: the command names what it cannot write
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and not st.st_mode & 0o020:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o060)
+    finally:
+        os.close(fd)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     # Ctrl-C (or kill -INT) always stops a batch. A command started in the background by a
@@ -136,6 +153,7 @@ def main(argv=None) -> int:
     root = Path(args.root)
     if root.is_dir() and root.stat().st_mode & 0o2000:  # a course laid out for a class's instructors' group
         os.umask(os.umask(0) & ~0o070)  # what one instructor writes, the others may change
+        _shared_gradebook(root / "gradebook.db")
     labs_dir = Path(args.labs_dir) if args.labs_dir else root.resolve().parent / "labs"
     try:
         require_writable(root, args.command)

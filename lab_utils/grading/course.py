@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -49,11 +50,21 @@ def release(
         dest.mkdir(parents=True, exist_ok=True)
         for item in out.iterdir():
             if item.is_dir():
-                shutil.copytree(item, dest / item.name, dirs_exist_ok=True)
+                shutil.copytree(item, dest / item.name, dirs_exist_ok=True, copy_function=copy_into)
             else:
-                shutil.copy2(item, dest / item.name)
+                copy_into(item, dest / item.name)
         written.append(dest)
     return written
+
+
+def copy_into(src: Path | str, dst: Path | str) -> None:
+    """``src``'s content at ``dst``. A file already there keeps its owner, mode and group: in a
+    course its instructors' group shares, it may be another instructor's, whose times and mode
+    only they may set (``copy2`` would fail there); a new file takes ``src``'s mode."""
+    if os.path.isfile(dst) and not os.path.islink(dst):
+        shutil.copyfile(src, dst)
+    else:
+        shutil.copy2(src, dst)
 
 
 def check_release(labs=None, root: Path | str = GRADING_ROOT, labs_dir: Path | str = LABS_DIR) -> list[str]:

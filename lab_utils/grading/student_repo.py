@@ -17,7 +17,6 @@ into each student's copy without losing their cells."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -115,7 +114,7 @@ def write(dest: Path | str, root: Path | str = REPO, message: str | None = None)
     for rel, src in chosen.items():
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, target)
+        course.copy_into(src, target)
     for folder in sorted((p for p in dest.rglob("*") if p.is_dir() and ".git" not in p.parts), reverse=True):
         if not any(folder.iterdir()):
             folder.rmdir()

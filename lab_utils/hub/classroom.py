@@ -12,13 +12,17 @@ after the roster changes: every step leaves what is already right as it is. It:
 - lays out this repository for the class: students run its ``.venv`` and import its
   ``lab_utils`` and read nothing else of it. Every other entry (``grading/``, ``.git``,
   ``tests/``, ...) is the instructors' group's, closed to others, its folders setgid so that what
-  an instructor or the grader writes there stays the group's (the grader writes with umask 007);
+  an instructor or the grader writes there stays the group's (the grading commands keep the group's write bit).
+  What root runs from it (``deploy/``, ``grading/nbgrader_config.py``) stays root's: the group
+  reads it and no one else writes it;
 - writes the class's folder (``/etc/labs``): ``class.env`` (what the Hub's configuration reads),
   ``roster.csv``, ``due.yml`` (one due time per lab, read by the hand-in service and the grader;
   instructors may edit it, everyone may read it), ``jupyter-student/`` (the students' servers
   load no nbgrader tool), and ``labs-hub.service`` (a systemd unit);
 - writes the public student repository (``/srv/labs-student``, what the class's nbgitpuller link
-  pulls) and marks it safe for git (``/etc/gitconfig``), so every student may pull it.
+  pulls; everyone reads it, the instructors' group publishes to it: ``make student-repo``) and
+  marks it and the course safe for git (``/etc/gitconfig``), so every student may pull it and
+  every instructor publish.
 
 Then ``sudo .venv/bin/jupyterhub -f deploy/single-machine/jupyterhub_config.py`` starts the
 class (``deploy/README.md``, "A class on one machine").
@@ -50,6 +54,10 @@ STORE = Path("/srv/handin")
 STUDENT_REPO = Path("/srv/labs-student")
 #: what students may read of the repository: what runs the labs
 PUBLIC = (".venv", "lab_utils")
+#: what root runs from the repository besides PUBLIC: the Hub's configuration and nbgrader's
+#: (the grading service loads it). Root's, and only readable by the instructors' group: a TA who
+#: could edit them would run code as root
+ROOT_RUNS = ("deploy", "grading/nbgrader_config.py")
 #: the first uid of an ordinary user (login.defs' UID_MIN): below it, system accounts the setup never touches
 FIRST_UID = 1000
 _NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -255,9 +263,48 @@ def lay_out(repo: Path, gid: int, python: Path) -> None:
             _open_to_read(entry)
         else:
             _close(entry, gid)
+    for rel in ROOT_RUNS:
+        _root_only(repo / rel, gid)
     os.chown(repo, -1, gid)
     os.chmod(repo, 0o2771)  # others may enter (to reach .venv and lab_utils), not list
-    _say(f"laid out {repo}: {', '.join(PUBLIC)} readable by all; everything else {grp.getgrgid(gid).gr_name}'s alone")
+    if (repo / "grading").is_dir():  # sticky: no instructor renames root's nbgrader_config.py away
+        os.chmod(repo / "grading", stat.S_IMODE((repo / "grading").stat().st_mode) | stat.S_ISVTX)
+    _say(
+        f"laid out {repo}: {', '.join(PUBLIC)} readable by all; {', '.join(ROOT_RUNS)} root's (the group reads them); "
+        f"everything else {grp.getgrgid(gid).gr_name}'s alone"
+    )
+
+
+def _root_only(path: Path, gid: int) -> None:
+    """``path`` and all under it root's, readable by the group ``gid``, written by root alone."""
+    if not path.exists():
+        return
+    for p in [path, *path.rglob("*")] if path.is_dir() and not path.is_symlink() else [path]:
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        if (st.st_uid, st.st_gid) != (0, gid):
+            os.chown(p, 0, gid, follow_symlinks=False)
+        want = 0o750 if stat.S_ISDIR(st.st_mode) else (0o750 if st.st_mode & 0o100 else 0o640)
+        if stat.S_IMODE(st.st_mode) != want:
+            os.chmod(p, want)
+
+
+def _share(path: Path, gid: int) -> None:
+    """``path`` and all under it readable by everyone and written by the instructors' group
+    (folders setgid): the public student repository, which any instructor publishes to."""
+    for p in [path, *path.rglob("*")]:
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        if st.st_gid != gid:
+            os.chown(p, -1, gid, follow_symlinks=False)
+        mode = stat.S_IMODE(st.st_mode)
+        want = mode | 0o064 | (0o2011 if stat.S_ISDIR(st.st_mode) else 0) | (0o011 if mode & 0o100 else 0)
+        if stat.S_ISDIR(st.st_mode):
+            want |= 0o070
+        if want != mode:
+            os.chmod(p, want)
 
 
 def _write(path: Path, text: str, mode: int, gid: int | None = None, keep: bool = False) -> None:
@@ -367,8 +414,10 @@ def setup(
     from ..grading import student_repo as public
 
     _say(public.write(student_repo, repo, message="the class's labs (python -m lab_utils.hub setup)"))
-    _open_to_read(student_repo)
+    _run("git", "-C", str(student_repo), "config", "core.sharedRepository", "group")
+    _share(student_repo, gid)
     _safe_directory(gitconfig, student_repo)
+    _safe_directory(gitconfig, repo)  # root's: instructors commit and publish from it
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)
     due = folder / "due.yml"
@@ -402,15 +451,16 @@ def setup(
 
 
 def _safe_directory(gitconfig: Path, path: Path) -> None:
-    """git refuses a repository another user owns ("dubious ownership"), and nbgitpuller pulls
-    the student repository as each student: mark it safe, for every user."""
+    """git refuses a repository another user owns ("dubious ownership"): nbgitpuller pulls the
+    student repository as each student, and instructors publish from the course (both root's):
+    mark it safe, for every user."""
     got = subprocess.run(
         ["git", "config", "--file", str(gitconfig), "--get-all", "safe.directory"], capture_output=True, text=True
     )
     for where in (path, path / ".git"):  # a clone reads the repository through its .git
         if str(where) not in got.stdout.split("\n"):
             _run("git", "config", "--file", str(gitconfig), "--add", "safe.directory", str(where))
-            _say(f"{gitconfig}: safe.directory {where} (every student pulls it)")
+            _say(f"{gitconfig}: safe.directory {where}")
 
 
 def add_parser(sub) -> None:

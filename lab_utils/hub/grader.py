@@ -9,8 +9,10 @@ starts it when the class has a grading course). Asked to grade a lab, it
 1. collects each student's last hand-in from the hand-in service (with its own token, which
    holds ``custom:handin:grade``),
 2. runs ``python -m lab_utils.grading autograde`` and ``feedback`` on its own course (its
-   ``--course``: the instructor repository's ``grading/``, which only root can write), each
-   submission in the isolated sandbox, with an environment that holds no Hub variable,
+   ``--course``: the instructor repository's ``grading/``, which no student can read), each
+   submission in the isolated sandbox, with an environment that holds no Hub variable. It
+   collects into a folder of its own and runs Python with ``-P`` there: the course is the
+   instructors' group's to write, and nothing an instructor writes runs as root,
 3. keeps the results for the instructor to fetch: the same layout ``make autograde``,
    ``make feedback`` and ``make grades`` write (``results/``, ``feedback/``, ``autograded/`` of
    that lab, ``grades.csv``, and the LMS exports ``canvas.csv`` and ``moodle.csv``).
@@ -42,6 +44,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -139,17 +142,25 @@ class Grader:
                 self.running = None
 
     def _grade(self, job: Job) -> None:
+        # the hand-ins, in a folder of root's alone (not in the course, which the instructors'
+        # group writes: a link put there would aim what is written and removed here)
+        submitted = Path(tempfile.mkdtemp(prefix=f"labs-grader-{job.lab}-"))
+        try:
+            self._grade_in(job, submitted)
+        finally:
+            shutil.rmtree(submitted, ignore_errors=True)
+
+    def _grade_in(self, job: Job, submitted: Path) -> None:
         lab = job.lab
-        submitted = self.course.parent / "hub-submitted" / lab
-        if submitted.exists():
-            shutil.rmtree(submitted)
-        submitted.mkdir(parents=True, mode=0o700)
         job.say(f"collecting {lab} from the hand-in service")
         got = client.collect(lab, submitted, url=self.handin_url, token=self.token)
         job.say(f"collected {len(got)} hand-in(s)")
         if not got:
             return
-        grading = [self.python, "-m", "lab_utils.grading", "--root", str(self.course)]
+        # -P, and the batch's own folder as its working directory: `-m` would put the working
+        # directory first on sys.path, and the course is its instructors' group's to write (a
+        # yaml.py of a TA's there would run as root)
+        grading = [self.python, "-P", "-m", "lab_utils.grading", "--root", str(self.course)]
         steps = (
             ["autograde", str(submitted), "--labs", lab[:2]],
             ["feedback", "--labs", lab[:2]],
@@ -166,7 +177,7 @@ class Grader:
                 stdin=subprocess.DEVNULL,
                 text=True,
                 env=grading_env(dict(os.environ)),
-                cwd=self.course.parent,
+                cwd=submitted,
             ) as proc:
                 job.proc = proc
                 for line in proc.stdout:

@@ -147,6 +147,46 @@ def test_instructors_read_and_write_the_course_together_and_the_group_sticks(lai
     assert r.returncode != 0  # an instructor reads a student's work from the store, not their home
 
 
+def test_no_instructor_changes_what_root_runs(laid_out):
+    """The Hub (root) runs deploy/single-machine/jupyterhub_config.py and the grading service
+    (root) loads grading/nbgrader_config.py: an instructor (a TA) reads both, and can neither
+    write them, nor move them aside, nor add to deploy/."""
+    base, _, (_, _, prof), _ = laid_out
+    course = base / "course"
+    hub_config = course / "deploy" / "single-machine" / "jupyterhub_config.py"
+    nbgrader_config = course / "grading" / "nbgrader_config.py"
+    for path in (hub_config, nbgrader_config):
+        assert as_user(prof, "cat", str(path)).returncode == 0
+        r = as_user(prof, "sh", "-c", f"echo 'import os' >> {path}")
+        assert r.returncode != 0 and "Permission denied" in r.stderr, r
+    for attempt in (
+        f"mv {nbgrader_config} {nbgrader_config}.old",
+        f"rm -f {nbgrader_config}",
+        f"touch {hub_config.parent}/extra.py",
+    ):
+        r = as_user(prof, "sh", "-c", attempt)
+        assert r.returncode != 0, attempt
+    assert nbgrader_config.stat().st_uid == 0 and hub_config.stat().st_uid == 0
+
+
+def test_an_instructor_publishes_to_the_student_repository_students_read_it(laid_out):
+    base, _, (s1, _, prof), _ = laid_out
+    public = base / "student"
+    env = {"GIT_CONFIG_SYSTEM": str(base / "gitconfig")}
+    r = as_user(
+        prof,
+        "sh",
+        "-c",
+        f"echo '# a note' > {public}/NOTE.md && git -C {public} add NOTE.md && "
+        f"git -C {public} -c user.name=i -c user.email=i@x commit -qm note",
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    r = as_user(s1, "git", "clone", "-q", str(public), f"{pwd.getpwnam(s1).pw_dir}/pulled", env=env)
+    assert r.returncode == 0 and (Path(pwd.getpwnam(s1).pw_dir) / "pulled" / "NOTE.md").exists(), r.stderr
+    assert as_user(s1, "sh", "-c", f"touch {public}/mine").returncode != 0  # students only read it
+
+
 def test_the_setup_is_idempotent_and_refuses_what_students_could_not_reach(laid_out, tmp_path, capsys):
     base, the_class, (s1, s2, prof), made = laid_out
     roster = base / "etc" / "roster.csv"

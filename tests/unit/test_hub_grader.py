@@ -5,6 +5,7 @@ for, and the batch it runs holds no Hub variable or token."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -135,3 +136,27 @@ def test_a_body_sent_to_the_grading_service_is_refused_unread(served):
         while chunk := sock.recv(65536):
             reply += chunk
     assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+
+
+def test_the_batch_runs_outside_the_course_with_python_p_and_leaves_no_folder(course, tmp_path, monkeypatch):
+    """The course is its instructors' group's to write: `python -m` would import a module a TA
+    put in its working directory, as root. Each step runs with -P, in a folder of the service's
+    own (the hand-ins), removed after."""
+    record = tmp_path / "steps.txt"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\necho "$PWD $*" >> {record}\n')
+    fake.chmod(0o755)
+
+    def collect(lab, dest, url, token):
+        (dest / "alice" / lab).mkdir(parents=True)
+        return ["alice"]
+
+    monkeypatch.setattr(grader.client, "collect", collect)
+    made = grader.Grader(course, "http://127.0.0.1:1/services/handin/", "service-token", python=str(fake))
+    job = grader.Job("01_single_node", "prof")
+    made._grade(job)
+    steps = record.read_text().splitlines()
+    assert len(steps) == 5 and all(line.split()[1:3] == ["-P", "-m"] for line in steps), steps
+    where = {line.split()[0] for line in steps}
+    assert len(where) == 1 and not any(w.startswith(str(course.parent)) for w in where), where
+    assert not os.path.exists(where.pop())  # removed after
