@@ -85,29 +85,34 @@ def laid_out():
         made.cleanup()
 
 
-def test_a_student_reads_nothing_of_a_classmate_the_course_or_the_store(laid_out):
+#: what another student tries to read, each a test: where it is, from (base, a classmate, an instructor)
+READS = {
+    "a classmate's home": lambda base, s1, prof: Path(pwd.getpwnam(s1).pw_dir),
+    "a classmate's notebook": lambda base, s1, prof: Path(pwd.getpwnam(s1).pw_dir) / "02_ps_async.ipynb",
+    "an instructor's home": lambda base, s1, prof: Path(pwd.getpwnam(prof).pw_dir),
+    "the solutions and hidden tests": lambda base, s1, prof: (
+        base / "course/grading/source/02_ps_async/02_ps_async.ipynb"
+    ),
+    "grading/source": lambda base, s1, prof: base / "course/grading/source",
+    ".git": lambda base, s1, prof: base / "course/.git/config",
+    "the tests (crafted submissions)": lambda base, s1, prof: base / "course/tests",
+    "the results": lambda base, s1, prof: base / "course/grading/results/alice/02_ps_async.json",
+    "the gradebook": lambda base, s1, prof: base / "course/grading/gradebook.db",
+    "the LMS export": lambda base, s1, prof: base / "course/grading/canvas.csv",
+    "the hand-in store": lambda base, s1, prof: base / "store/submitted",
+    "returned feedback": lambda base, s1, prof: base / "store/feedback",
+    "the roster": lambda base, s1, prof: base / "etc/roster.csv",
+    "the repository's listing": lambda base, s1, prof: base / "course",
+}
+
+
+@pytest.mark.parametrize("what", sorted(READS))
+def test_a_student_reads_nothing_of_a_classmate_the_course_or_the_store(laid_out, what):
     base, _, (s1, s2, prof), _ = laid_out
-    s1_home = Path(pwd.getpwnam(s1).pw_dir)
-    course = base / "course"
-    (solution,) = list((course / "grading" / "source" / "02_ps_async").glob("*.ipynb"))[:1]
-    for what, path in {
-        "a classmate's home": s1_home,
-        "a classmate's notebook": s1_home / "02_ps_async.ipynb",
-        "an instructor's home": Path(pwd.getpwnam(prof).pw_dir),
-        "the solutions and hidden tests": solution,
-        "grading/source": course / "grading" / "source",
-        ".git": course / ".git" / "config",
-        "the tests (crafted submissions)": course / "tests",
-        "the results": course / "grading" / "results" / "alice" / "02_ps_async.json",
-        "the gradebook": course / "grading" / "gradebook.db",
-        "the LMS export": course / "grading" / "canvas.csv",
-        "the hand-in store": base / "store" / "submitted",
-        "returned feedback": base / "store" / "feedback",
-        "the roster": base / "etc" / "roster.csv",
-        "the repository's listing": course,
-    }.items():
-        r = as_user(s2, "ls", "-la", str(path)) if path.is_dir() else as_user(s2, "cat", str(path))
-        assert r.returncode != 0 and "Permission denied" in r.stderr, f"{s2} read {what} ({path}): {r.stdout[:200]}"
+    path = READS[what](base, s1, prof)
+    assert path.exists(), path  # there to be read: the refusal is the layout's, not a missing file
+    r = as_user(s2, "ls", "-la", str(path)) if path.is_dir() else as_user(s2, "cat", str(path))
+    assert r.returncode != 0 and "Permission denied" in r.stderr, f"{s2} read {what} ({path}): {r.stdout[:200]}"
 
 
 def test_a_student_still_runs_the_labs_code_and_pulls_the_class_repository(laid_out):
