@@ -212,33 +212,44 @@ def _reachable(path: Path) -> str | None:
     return None
 
 
-def _close(path: Path, gid: int) -> None:
-    """``path`` and all under it: the instructors' group's (read and write), nobody else's;
-    folders setgid, so what is made in them later stays the group's."""
+def _set_tree(path: Path, mode_of, uid: int = -1, gid: int = -1) -> None:
+    """``path`` and everything under it (links left alone, never followed): owned by ``uid`` and
+    ``gid`` (-1: as it is), each mode ``mode_of(mode, executable, folder)`` (a folder counts as
+    executable)."""
+    if not path.exists():
+        return
     for p in [path, *path.rglob("*")] if path.is_dir() and not path.is_symlink() else [path]:
         st = p.lstat()
         if stat.S_ISLNK(st.st_mode):
             continue
-        if st.st_gid != gid:
-            os.chown(p, -1, gid, follow_symlinks=False)
-        mode = stat.S_IMODE(st.st_mode)
-        want = (mode | 0o060 | (0o2010 if stat.S_ISDIR(st.st_mode) else 0)) & ~0o007
-        if stat.S_ISDIR(st.st_mode) or mode & 0o100:
-            want |= 0o010
+        if (uid != -1 and st.st_uid != uid) or (gid != -1 and st.st_gid != gid):
+            os.chown(p, uid, gid, follow_symlinks=False)
+        mode, folder = stat.S_IMODE(st.st_mode), stat.S_ISDIR(st.st_mode)
+        want = mode_of(mode, folder or bool(mode & 0o100), folder)
         if want != mode:
             os.chmod(p, want)
+
+
+def _close(path: Path, gid: int) -> None:
+    """``path`` and all under it: the instructors' group's (read and write), nobody else's;
+    folders setgid, so what is made in them later stays the group's."""
+    _set_tree(path, lambda m, x, d: (m | 0o060 | 0o010 * x | 0o2000 * d) & ~0o007, gid=gid)
 
 
 def _open_to_read(path: Path) -> None:
     """``path`` and all under it readable (and folders enterable) by everyone."""
-    for p in [path, *path.rglob("*")] if path.is_dir() and not path.is_symlink() else [path]:
-        st = p.lstat()
-        if stat.S_ISLNK(st.st_mode):
-            continue
-        mode = stat.S_IMODE(st.st_mode)
-        want = mode | 0o044 | (0o011 if stat.S_ISDIR(st.st_mode) or mode & 0o100 else 0)
-        if want != mode:
-            os.chmod(p, want)
+    _set_tree(path, lambda m, x, d: m | 0o044 | 0o011 * x)
+
+
+def _root_only(path: Path, gid: int) -> None:
+    """``path`` and all under it root's, readable by the group ``gid``, written by root alone."""
+    _set_tree(path, lambda m, x, d: 0o750 if x else 0o640, uid=0, gid=gid)
+
+
+def _share(path: Path, gid: int) -> None:
+    """``path`` and all under it readable by everyone and written by the instructors' group
+    (folders setgid): the public student repository, which any instructor publishes to."""
+    _set_tree(path, lambda m, x, d: m | 0o064 | 0o011 * x | 0o2070 * d, gid=gid)
 
 
 def lay_out(repo: Path, gid: int, python: Path) -> None:
@@ -273,38 +284,6 @@ def lay_out(repo: Path, gid: int, python: Path) -> None:
         f"laid out {repo}: {', '.join(PUBLIC)} readable by all; {', '.join(ROOT_RUNS)} root's (the group reads them); "
         f"everything else {grp.getgrgid(gid).gr_name}'s alone"
     )
-
-
-def _root_only(path: Path, gid: int) -> None:
-    """``path`` and all under it root's, readable by the group ``gid``, written by root alone."""
-    if not path.exists():
-        return
-    for p in [path, *path.rglob("*")] if path.is_dir() and not path.is_symlink() else [path]:
-        st = p.lstat()
-        if stat.S_ISLNK(st.st_mode):
-            continue
-        if (st.st_uid, st.st_gid) != (0, gid):
-            os.chown(p, 0, gid, follow_symlinks=False)
-        want = 0o750 if stat.S_ISDIR(st.st_mode) else (0o750 if st.st_mode & 0o100 else 0o640)
-        if stat.S_IMODE(st.st_mode) != want:
-            os.chmod(p, want)
-
-
-def _share(path: Path, gid: int) -> None:
-    """``path`` and all under it readable by everyone and written by the instructors' group
-    (folders setgid): the public student repository, which any instructor publishes to."""
-    for p in [path, *path.rglob("*")]:
-        st = p.lstat()
-        if stat.S_ISLNK(st.st_mode):
-            continue
-        if st.st_gid != gid:
-            os.chown(p, -1, gid, follow_symlinks=False)
-        mode = stat.S_IMODE(st.st_mode)
-        want = mode | 0o064 | (0o2011 if stat.S_ISDIR(st.st_mode) else 0) | (0o011 if mode & 0o100 else 0)
-        if stat.S_ISDIR(st.st_mode):
-            want |= 0o070
-        if want != mode:
-            os.chmod(p, want)
 
 
 def _write(path: Path, text: str, mode: int, gid: int | None = None, keep: bool = False) -> None:

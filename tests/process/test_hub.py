@@ -143,6 +143,26 @@ def test_each_students_server_runs_as_that_user_within_the_class_limits(hub):
     assert out.split() == [str(hub.users[a].uid), str(hub.users[a].home)]
 
 
+def test_students_servers_have_no_nbgrader_instructor_tools_and_instructors_do(hub):
+    """The setup's jupyter-student/ configuration: a student's server serves no formgrader (nor
+    nbgrader's other server extensions), an instructor's does."""
+    import urllib.error
+    import urllib.request
+
+    def status(name: str) -> int:
+        req = urllib.request.Request(
+            f"{hub.url}/user/{name}/formgrader", headers={"Authorization": f"token {hub.users[name].token}"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:  # a 5xx too: the page is there
+            return exc.code
+
+    assert status(hub.students[0]) == 404
+    assert status(hub.instructors[0]) != 404
+
+
 def test_students_hand_in_from_their_kernels_and_see_only_their_own_feedback(hub):
     a, b, c = hub.students
     prof = hub.instructors[0]
