@@ -52,7 +52,7 @@ EXPECTED = {
     # (it prints the reference scripts the sandbox shows: Lab 1's tests run none, so it is shown none)
     "mixed": ([], ("tampered cell", "deleted cell", "leaked process killed", "huge output cut")),
     "broken": ("all", "unreadable notebook"),  # graded as the blank release, with the reason
-    "reordered": ([], None),  # graded as handed in: a test cell still runs after what it tests
+    # also reordered: its first test cell moved to the end, graded as handed in (full marks there)
     "forged": (["test_throughput"], "forged throughput"),
     # written against the grader (issue 48, tests/support/hostile.py): the release, every failure
     # hidden and every float shown as full marks; the release, its answers equal to everything

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import pwd
 import re
 import time
@@ -115,13 +114,11 @@ def test_the_harness_is_the_shipped_configuration_with_ports_paths_a_login_and_t
     assert shipped[("Spawner", "cmd")] == [str(hub.course / ".venv" / "bin" / "python"), "-m", "jupyterhub.singleuser"]
     assert "git-pull?repo=" in shipped[("Spawner", "default_url")], shipped[("Spawner", "default_url")]
     assert ("JupyterHub", "port") in added  # the comparison sees what the harness sets
-    # the running Hub's environment: this process's, and where the class is and the ports
+    # the running Hub's environment: the one it was started from, and where the class is and the ports
     hub_env = dict(
         line.split("=", 1) for line in Path(f"/proc/{hub.proc.pid}/environ").read_text().split("\0") if "=" in line
     )
-    changed = {
-        k for k in hub_env if os.environ.get(k) != hub_env[k] and k != "PYTEST_CURRENT_TEST"
-    }  # pytest's, per test
+    changed = {k for k in hub_env if hub.started_in.get(k) != hub_env[k]}
     assert changed <= local_hub.HUB_ENV, changed
 
 
