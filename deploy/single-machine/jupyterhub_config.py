@@ -18,7 +18,11 @@
 #   LABS_SERVER_PYTHON  the interpreter students' servers run                             this one
 #   LABS_GRADER_COURSE  the grading course (the instructor repository's grading/): where
 #                       the grading service grades, as root, what instructors ask for   (none: no service)
+#   LABS_GRADER_WORK    the grading service's own course, root's alone, where it grades copies
+#                       of the course's notebooks (the setup: /var/lib/labs/grading)   (the course)
 #   LABS_GRADER_PORT    the grading service's port, on loopback                            10102
+#   LABS_STATE_DIR      root's alone: the Hub's database and cookie secret (the setup: /var/lib/labs)
+#                                                                            (the working directory)
 #   LABS_STUDENT_REPO   the public student repository the class's nbgitpuller link pulls  (none)
 #   LABS_STUDENT_JUPYTER  Jupyter configuration students' servers load first (no nbgrader tools)
 import os
@@ -54,6 +58,14 @@ if handin_user:
             f"the hand-in service's account {handin_user!r} does not exist: set the class up first "
             "(deploy/README.md, 'A class on one machine'): sudo .venv/bin/python -m lab_utils.hub setup --roster roster.csv"
         ) from None
+
+# The Hub's state where only root reads it, never in the working directory (a course folder the
+# instructors' group writes: its cookie secret there would let one forge any user's login)
+state_dir = setting("LABS_STATE_DIR")
+if state_dir:
+    c.JupyterHub.db_url = f"sqlite:///{state_dir}/jupyterhub.sqlite"
+    c.JupyterHub.cookie_secret_file = f"{state_dir}/jupyterhub_cookie_secret"
+    c.ConfigurableHTTPProxy.pid_file = f"{state_dir}/jupyterhub-proxy.pid"
 
 # Students log in with their Unix accounts (PAM, JupyterHub's default): those on the roster.
 if the_class:
@@ -101,6 +113,7 @@ c.JupyterHub.services = [
         "url": f"http://127.0.0.1:{port}",
         "command": [handin_python, "-m", "lab_utils.hub.service", "--store", store]
         + ([f"--due-file={due_file}"] if due_file else [f"--lab={lab}" for lab in labs.split()]),
+        "cwd": "/",  # each service: not the Hub's working directory, which `python -m` would import from
         **({"user": handin_user} if handin_user else {}),
     }
 ]
@@ -134,7 +147,10 @@ if grader_course:
                 grader_course,
                 "--handin-url",
                 f"{hub_url}/services/handin/",
-            ],  # fmt: skip
+            ]  # fmt: skip
+            + ([f"--work={setting('LABS_GRADER_WORK')}"] if setting("LABS_GRADER_WORK") else [])
+            + ([f"--due-file={due_file}"] if due_file else []),
+            "cwd": "/",
         }
     )
     c.JupyterHub.load_roles.append(  # it collects from the hand-in service with its own token
@@ -148,7 +164,7 @@ if grader_course:
 # Servers idle an hour are stopped (a kernel holds its memory for as long as it lives: Lab 1's
 # TensorBoard alone holds half a gigabyte). jupyterhub-idle-culler, as a service of the Hub's.
 c.JupyterHub.services.append(
-    {"name": "idle-culler", "command": [sys.executable, "-m", "lab_utils.hub.culler", "--timeout=3600"]}
+    {"name": "idle-culler", "command": [sys.executable, "-m", "lab_utils.hub.culler", "--timeout=3600"], "cwd": "/"}
 )
 c.JupyterHub.load_roles.append(
     {

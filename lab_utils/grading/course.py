@@ -60,8 +60,11 @@ def release(
 def copy_into(src: Path | str, dst: Path | str) -> None:
     """``src``'s content at ``dst``. A file already there keeps its owner, mode and group: in a
     course its instructors' group shares, it may be another instructor's, whose times and mode
-    only they may set (``copy2`` would fail there); a new file takes ``src``'s mode."""
-    if os.path.isfile(dst) and not os.path.islink(dst):
+    only they may set (``copy2`` would fail there); a new file takes ``src``'s mode. A link at
+    ``dst`` is replaced, not followed."""
+    if os.path.islink(dst):
+        os.unlink(dst)  # replaced, never written through
+    if os.path.isfile(dst):
         shutil.copyfile(src, dst)
     else:
         shutil.copy2(src, dst)

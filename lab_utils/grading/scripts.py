@@ -64,6 +64,9 @@ def writefile_scripts(notebook: Path | str) -> dict[str, str]:
         names = [w for w in words[1:] if not w.startswith("-")]
         if len(names) != 1:
             raise ValueError(f"{notebook}: cannot read the file name of {first!r}")
+        if names[0] != Path(names[0]).name or names[0].startswith("."):
+            # the grader writes each script under reference/<lab>/ by this name, as root
+            raise ValueError(f"{notebook}: {first!r} writes {names[0]!r}: a script is a plain file name, no folder")
         kept = "".join(line for line in body.splitlines(keepends=True) if line.strip() not in _MARKERS)
         if kept and not kept.endswith("\n"):
             kept += "\n"  # IPython's %%writefile ends the file with a newline

@@ -70,7 +70,10 @@ def files(root: Path | str = REPO) -> dict[str, Path]:
 def _git(dest: Path, *args: str) -> subprocess.CompletedProcess:
     who = ["-c", "user.name=" + os.environ.get("GIT_AUTHOR_NAME", "Course staff")]
     who += ["-c", "user.email=" + os.environ.get("GIT_AUTHOR_EMAIL", "course-staff@localhost")]
-    return subprocess.run(["git", "-C", str(dest), *who, *args], capture_output=True, text=True, timeout=120)
+    # no hook and no file-system monitor of the repository's own: it may be another account's
+    # (a class's instructors share these repositories)
+    plain = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+    return subprocess.run(["git", "-C", str(dest), *who, *plain, *args], capture_output=True, text=True, timeout=120)
 
 
 def write(dest: Path | str, root: Path | str = REPO, message: str | None = None) -> str:

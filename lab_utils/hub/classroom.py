@@ -52,6 +52,8 @@ GROUP = "labs-instructors"
 HANDIN_USER = "labs-handin"
 STORE = Path("/srv/handin")
 STUDENT_REPO = Path("/srv/labs-student")
+#: root's alone: the Hub's database and cookie secret, and the grading service's own course
+STATE = Path("/var/lib/labs")
 #: what students may read of the repository: what runs the labs
 PUBLIC = (".venv", "lab_utils")
 #: what root runs from the repository besides PUBLIC: the Hub's configuration and nbgrader's
@@ -212,33 +214,61 @@ def _reachable(path: Path) -> str | None:
     return None
 
 
-def _set_tree(path: Path, mode_of, uid: int = -1, gid: int = -1) -> None:
-    """``path`` and everything under it (links left alone, never followed): owned by ``uid`` and
-    ``gid`` (-1: as it is), each mode ``mode_of(mode, executable, folder)`` (a folder counts as
-    executable)."""
-    if not path.exists():
-        return
-    for p in [path, *path.rglob("*")] if path.is_dir() and not path.is_symlink() else [path]:
-        st = p.lstat()
-        if stat.S_ISLNK(st.st_mode):
-            continue
-        if (uid != -1 and st.st_uid != uid) or (gid != -1 and st.st_gid != gid):
-            os.chown(p, uid, gid, follow_symlinks=False)
-        mode, folder = stat.S_IMODE(st.st_mode), stat.S_ISDIR(st.st_mode)
-        want = mode_of(mode, folder or bool(mode & 0o100), folder)
-        if want != mode:
-            os.chmod(p, want)
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def _close(path: Path, gid: int) -> None:
-    """``path`` and all under it: the instructors' group's (read and write), nobody else's;
-    folders setgid, so what is made in them later stays the group's."""
-    _set_tree(path, lambda m, x, d: (m | 0o060 | 0o010 * x | 0o2000 * d) & ~0o007, gid=gid)
+def _set_fd(fd: int, mode_of, uid: int, gid: int) -> None:
+    st = os.fstat(fd)
+    if (uid != -1 and st.st_uid != uid) or (gid != -1 and st.st_gid != gid):
+        os.fchown(fd, uid, gid)
+    mode, folder = stat.S_IMODE(st.st_mode), stat.S_ISDIR(st.st_mode)
+    want = mode_of(mode, folder or bool(mode & 0o100), folder)
+    if want != mode:
+        os.fchmod(fd, want)
+
+
+def _set_tree(path: Path, mode_of, uid: int = -1, gid: int = -1, skip: tuple[Path, ...] = ()) -> None:
+    """``path`` and everything under it, but ``skip``: owned by ``uid`` and ``gid`` (-1: as it
+    is), each mode ``mode_of(mode, executable, folder)`` (a folder counts as executable). Each
+    entry is opened without following a link and changed through its descriptor: the tree is
+    the instructors' group's to write while this runs as root, and a folder swapped for a link
+    mid-walk is never followed out of it (links are left alone)."""
+    skipped = {os.path.normpath(p) for p in skip}
+    try:
+        top = os.open(path, _OPEN)
+    except OSError:
+        return  # missing, or a link: nothing of it is changed
+    try:
+        _set_fd(top, mode_of, uid, gid)
+        if not stat.S_ISDIR(os.fstat(top).st_mode):
+            return
+        for rel, dirs, names, dir_fd in os.fwalk(".", dir_fd=top):
+            dirs[:] = [d for d in dirs if os.path.normpath(os.path.join(path, rel, d)) not in skipped]
+            for name in dirs + names:
+                if os.path.normpath(os.path.join(path, rel, name)) in skipped:
+                    continue
+                try:
+                    fd = os.open(name, _OPEN, dir_fd=dir_fd)
+                except OSError:
+                    continue  # a link (or a socket): left as it is
+                try:
+                    _set_fd(fd, mode_of, uid, gid)
+                finally:
+                    os.close(fd)
+    finally:
+        os.close(top)
+
+
+def _close(path: Path, gid: int, skip: tuple[Path, ...] = ()) -> None:
+    """``path`` and all under it (but ``skip``): the instructors' group's (read and write),
+    nobody else's; folders setgid, so what is made in them later stays the group's."""
+    _set_tree(path, lambda m, x, d: (m | 0o060 | 0o010 * x | 0o2000 * d) & ~0o007, gid=gid, skip=skip)
 
 
 def _open_to_read(path: Path) -> None:
-    """``path`` and all under it readable (and folders enterable) by everyone."""
-    _set_tree(path, lambda m, x, d: m | 0o044 | 0o011 * x)
+    """``path`` and all under it root's, readable (and folders enterable) by everyone, written
+    by root alone: what students run, and what root runs too (the Hub imports ``lab_utils``)."""
+    _set_tree(path, lambda m, x, d: (m | 0o044 | 0o011 * x) & ~0o022, uid=0)
 
 
 def _root_only(path: Path, gid: int) -> None:
@@ -269,17 +299,22 @@ def lay_out(repo: Path, gid: int, python: Path) -> None:
             f"students cannot run {python} ({real}): {why}. Make the course's environment from a Python "
             "every user can run (Debian's /usr/bin/python3.11, or one installed under /opt), or give --python"
         )
+    root_runs = tuple(repo / rel for rel in ROOT_RUNS)
     for entry in sorted(repo.iterdir()):
         if entry.name in PUBLIC:
             _open_to_read(entry)
-        else:
-            _close(entry, gid)
-    for rel in ROOT_RUNS:
-        _root_only(repo / rel, gid)
-    os.chown(repo, -1, gid)
-    os.chmod(repo, 0o2771)  # others may enter (to reach .venv and lab_utils), not list
-    if (repo / "grading").is_dir():  # sticky: no instructor renames root's nbgrader_config.py away
-        os.chmod(repo / "grading", stat.S_IMODE((repo / "grading").stat().st_mode) | stat.S_ISVTX)
+        elif entry not in root_runs:
+            _close(entry, gid, skip=root_runs)  # never group-writable, not even for a moment
+    for path in root_runs:
+        _root_only(path, gid)
+    # root's, sticky: an instructor renames no entry of root's (lab_utils, which the Hub and the
+    # grading service import; grading/; deploy/) to put one of theirs in its place
+    for path in (repo, repo / "grading"):
+        if path.is_dir() and not path.is_symlink():
+            os.chown(path, 0, gid, follow_symlinks=False)
+    os.chmod(repo, 0o3771)  # others may enter (to reach .venv and lab_utils), not list
+    if (repo / "grading").is_dir() and not (repo / "grading").is_symlink():
+        os.chmod(repo / "grading", 0o3770)
     _say(
         f"laid out {repo}: {', '.join(PUBLIC)} readable by all; {', '.join(ROOT_RUNS)} root's (the group reads them); "
         f"everything else {grp.getgrgid(gid).gr_name}'s alone"
@@ -311,14 +346,43 @@ def _due_file(repo: Path) -> str:
 
 
 def _link_due_file(settings: Path, due: Path) -> None:
-    text = settings.read_text() if settings.exists() else ""
-    if re.search(r"^due_file:", text, re.M):
-        return
-    settings.write_text(
-        text
-        + f"\n# the class's due file, read by the hand-in service too (python -m lab_utils.hub setup)\ndue_file: {due}\n"
-    )
+    """``due_file:`` added to the course's settings (the instructors' group's file: opened
+    without following a link, and only appended to)."""
+    try:
+        fd = os.open(
+            settings, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o660
+        )
+    except OSError as exc:
+        raise RuntimeError(f"{settings}: {exc.strerror} (a plain file of the course, not a link)") from None
+    with os.fdopen(fd, "r+") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise RuntimeError(f"{settings} is not a plain file")
+        if re.search(r"^due_file:", f.read(), re.M):
+            return
+        f.write(
+            f"\n# the class's due file, read by the hand-in service too (python -m lab_utils.hub setup)\ndue_file: {due}\n"
+        )
     _say(f"{settings}: due_file: {due}")
+
+
+def _grader_course(repo: Path, state: Path) -> Path:
+    """The grading service's own course, root's alone (``state/grading``): it grades there, on
+    copies of the course's notebooks and settings it makes at each grading, and loads the
+    nbgrader configuration copied here now, never one the instructors' group could change."""
+    state.mkdir(parents=True, exist_ok=True)
+    os.chown(state, 0, 0)
+    state.chmod(0o700)
+    work = state / "grading"
+    work.mkdir(exist_ok=True)
+    os.chown(work, 0, 0)
+    work.chmod(0o700)
+    from ..grading.safefiles import read_plain
+
+    config = read_plain(repo / "grading" / "nbgrader_config.py", 2**20)
+    if not isinstance(config, bytes):
+        raise RuntimeError(f"{repo / 'grading' / 'nbgrader_config.py'} is not a plain file")
+    _write(work / "nbgrader_config.py", config.decode(), 0o600)
+    return work
 
 
 STUDENT_JUPYTER = {
@@ -370,6 +434,7 @@ def setup(
     student_repo: Path = STUDENT_REPO,
     home_base: Path | None = None,
     gitconfig: Path = Path("/etc/gitconfig"),
+    state: Path = STATE,
 ) -> Class:
     """Set up the class (module docstring); returns what the Hub will read of it."""
     roster = read_roster(roster_file)
@@ -392,8 +457,11 @@ def setup(
     store.chmod(0o700)
     from ..grading import student_repo as public
 
-    _say(public.write(student_repo, repo, message="the class's labs (python -m lab_utils.hub setup)"))
-    _run("git", "-C", str(student_repo), "config", "core.sharedRepository", "group")
+    if not (student_repo / ".git").exists():
+        _say(public.write(student_repo, repo, message="the class's labs (python -m lab_utils.hub setup)"))
+        _run("git", "-C", str(student_repo), "config", "core.sharedRepository", "group")
+    else:  # root runs no git in a repository the instructors' group writes (its hooks, filters)
+        _say(f"{student_repo} is there: instructors publish to it (make student-repo DEST={student_repo})")
     _share(student_repo, gid)
     _safe_directory(gitconfig, student_repo)
     _safe_directory(gitconfig, repo)  # root's: instructors commit and publish from it
@@ -403,6 +471,7 @@ def setup(
     _write(due, _due_file(repo), 0o664, gid, keep=True)
     _link_due_file(repo / "grading" / "settings.yml", due)
     lay_out(repo, gid, python)  # after what it writes into the repository
+    grader = _grader_course(repo, Path(state))
     env = {
         "LABS_CLASS_DIR": str(folder),
         "LABS_INSTRUCTORS": ",".join(roster.instructors),
@@ -413,6 +482,8 @@ def setup(
         "LABS_SERVER_PYTHON": str(python),
         "LABS_DUE_FILE": str(due),
         "LABS_GRADER_COURSE": str(repo / "grading"),
+        "LABS_GRADER_WORK": str(grader),
+        "LABS_STATE_DIR": str(state),
         "LABS_STUDENT_REPO": str(student_repo),
         "LABS_STUDENT_JUPYTER": str(folder / "jupyter-student"),
     }

@@ -8,11 +8,14 @@ starts it when the class has a grading course). Asked to grade a lab, it
 
 1. collects each student's last hand-in from the hand-in service (with its own token, which
    holds ``custom:handin:grade``),
-2. runs ``python -m lab_utils.grading autograde`` and ``feedback`` on its own course (its
-   ``--course``: the instructor repository's ``grading/``, which no student can read), each
-   submission in the isolated sandbox, with an environment that holds no Hub variable. It
-   collects into a folder of its own and runs Python with ``-P`` there: the course is the
-   instructors' group's to write, and nothing an instructor writes runs as root,
+2. runs ``python -m lab_utils.grading autograde`` and ``feedback`` on its own course, each
+   submission in the isolated sandbox, with an environment that holds no Hub variable. Its
+   ``--course`` is the instructor repository's ``grading/``, which no student can read; on a
+   class's machine the instructors' group writes it, so the service grades in ``--work``, a
+   course of root's alone, on plain copies of the course's notebooks and settings made at each
+   grading (never through a link), with the nbgrader configuration the class's setup put
+   there. It collects into a folder of its own and runs Python with ``-P`` there: nothing an
+   instructor writes is imported, loaded or run as root,
 3. keeps the results for the instructor to fetch: the same layout ``make autograde``,
    ``make feedback`` and ``make grades`` write (``results/``, ``feedback/``, ``autograded/`` of
    that lab, ``grades.csv``, and the LMS exports ``canvas.csv`` and ``moodle.csv``).
@@ -95,10 +98,21 @@ class Grader:
     """Grades on ``course`` (a course root: grading/), collecting from the hand-in service at
     ``handin_url`` with ``token``."""
 
-    def __init__(self, course: Path, handin_url: str, token: str, python: str = sys.executable):
+    def __init__(
+        self, course: Path, handin_url: str, token: str, python: str = sys.executable,
+        work: Path | None = None, due_file: Path | None = None,
+    ):  # fmt: skip
         self.course, self.handin_url, self.token, self.python = Path(course).resolve(), handin_url, token, python
+        # where it grades: the course itself (a course of root's own), or, on a class's machine
+        # where the instructors' group writes the course, a course of the service's own
+        self.work = Path(work).resolve() if work else self.course
+        self.due_file = Path(due_file) if due_file else None
         if not (self.course / "source").is_dir():
             raise ValueError(f"{self.course} is not a course root (no source/): give the repository's grading/")
+        if not (self.work / "nbgrader_config.py").is_file():
+            raise ValueError(
+                f"{self.work} holds no nbgrader_config.py: set the class up (python -m lab_utils.hub setup)"
+            )
         self.jobs: dict[str, Job] = {}
         self.running: Job | None = None
         self.lock = threading.Lock()
@@ -150,8 +164,38 @@ class Grader:
         finally:
             shutil.rmtree(submitted, ignore_errors=True)
 
+    def _sync(self) -> None:
+        """The course's notebooks (``source/``) and settings, copied into the service's own course:
+        plain files only, never read through a link, the settings parsed as data (its due file
+        the class's, when the service has one). Nothing the instructors' group writes is loaded as
+        configuration or run as root."""
+        import yaml
+
+        from ..grading.safefiles import copy_plain, read_plain
+
+        fresh = self.work / ".source.new"
+        if fresh.exists():
+            shutil.rmtree(fresh)
+        refused = copy_plain(self.course / "source", fresh)
+        if refused:
+            log.warning("the course's source/ holds what is not copied: %s", refused[:5])
+        if (self.work / "source").exists():
+            shutil.rmtree(self.work / "source")
+        os.replace(fresh, self.work / "source")
+        raw = read_plain(self.course / "settings.yml", 2**20)
+        settings = yaml.safe_load(raw) if isinstance(raw, bytes) else {}
+        if not isinstance(settings, dict):
+            raise RuntimeError(f"{self.course / 'settings.yml'} is not a mapping of settings")
+        settings.pop("due_file", None)
+        if self.due_file is not None:
+            settings["due_file"] = str(self.due_file)
+        (self.work / "settings.yml").write_text(yaml.safe_dump(settings))
+
     def _grade_in(self, job: Job, submitted: Path) -> None:
         lab = job.lab
+        if self.work != self.course:
+            job.say(f"copying the course's notebooks and settings from {self.course}")
+            self._sync()
         job.say(f"collecting {lab} from the hand-in service")
         got = client.collect(lab, submitted, url=self.handin_url, token=self.token)
         job.say(f"collected {len(got)} hand-in(s)")
@@ -160,7 +204,7 @@ class Grader:
         # -P, and the batch's own folder as its working directory: `-m` would put the working
         # directory first on sys.path, and the course is its instructors' group's to write (a
         # yaml.py of a TA's there would run as root)
-        grading = [self.python, "-P", "-m", "lab_utils.grading", "--root", str(self.course)]
+        grading = [self.python, "-P", "-m", "lab_utils.grading", "--root", str(self.work)]
         steps = (
             ["autograde", str(submitted), "--labs", lab[:2]],
             ["feedback", "--labs", lab[:2]],
@@ -191,12 +235,12 @@ class Grader:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
             for kind in ("results", "feedback", "autograded"):
-                base = self.course / kind
+                base = self.work / kind
                 for path in sorted(base.glob(f"*/{lab}*")) if base.is_dir() else []:
-                    tar.add(path, arcname=str(path.relative_to(self.course)), filter=_plain_only)
+                    tar.add(path, arcname=str(path.relative_to(self.work)), filter=_plain_only)
             for name in ("results/grades.csv", "grades.csv", "canvas.csv", "moodle.csv"):
-                if (self.course / name).is_file():
-                    tar.add(self.course / name, arcname=name, filter=_plain_only)
+                if (self.work / name).is_file():
+                    tar.add(self.work / name, arcname=name, filter=_plain_only)
         return buf.getvalue()
 
 
@@ -274,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab_utils.hub.grader", description=__doc__.split("\n\n")[0])
     ap.add_argument("--course", required=True, help="the grading course: the instructor repository's grading/")
     ap.add_argument(
+        "--work", help="a course of the service's own to grade in (root's alone), when others write --course"
+    )
+    ap.add_argument("--due-file", help="the class's due file (its late flags), in place of the settings' due_file")
+    ap.add_argument(
         "--handin-url", required=True, help="the hand-in service, e.g. http://127.0.0.1:8000/services/handin/"
     )
     args = ap.parse_args(argv)
@@ -283,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         print("grader: run me as a JupyterHub service (JUPYTERHUB_SERVICE_URL, JUPYTERHUB_API_TOKEN)", file=sys.stderr)
         return 2
     try:
-        grader = Grader(Path(args.course), args.handin_url, token)
+        grader = Grader(Path(args.course), args.handin_url, token, work=args.work, due_file=args.due_file)
     except ValueError as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 2
@@ -294,7 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     more_files()
     make_app(grader, HubAuth(cache_max_age=60), prefix).listen(where.port, where.hostname, **SERVER_OPTIONS)
     stop_on_signals(grader.stop)
-    log.info("serving %s at %s: course %s, hand-ins from %s", prefix, url, grader.course, args.handin_url)
+    log.info(
+        "serving %s at %s: course %s, graded in %s, hand-ins from %s",
+        prefix,
+        url,
+        grader.course,
+        grader.work,
+        args.handin_url,
+    )
     ioloop.IOLoop.current().start()
     log.info("stopped")
     return 0

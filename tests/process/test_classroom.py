@@ -64,6 +64,7 @@ def laid_out():
             student_repo=base / "student",
             home_base=base / "home",
             gitconfig=base / "gitconfig",
+            state=base / "state",
         )
         # what a term leaves behind: a student's notebook, the grader's results and gradebook,
         # returned feedback and a hand-in in the store
@@ -174,6 +175,24 @@ def test_no_instructor_changes_what_root_runs(laid_out):
     assert nbgrader_config.stat().st_uid == 0 and hub_config.stat().st_uid == 0
 
 
+def test_no_instructor_replaces_what_root_imports(laid_out):
+    """The Hub and the grading service (root) import lab_utils and .venv from the course: they are
+    root's, no one else writes them, and the course's root is sticky, so that an instructor can
+    move none of root's entries aside to put one of theirs in its place."""
+    base, _, (_, _, prof), _ = laid_out
+    course = base / "course"
+    for attempt in (
+        f"mv {course}/lab_utils {course}/lab_utils.old",
+        f"mv {course}/grading {course}/grading.old",
+        f"mv {course}/deploy {course}/deploy.old",
+        f"echo x >> {course}/lab_utils/__init__.py",
+        f"touch {course}/lab_utils/evil.py",
+    ):
+        r = as_user(prof, "sh", "-c", attempt)
+        assert r.returncode != 0, attempt
+    assert as_user(prof, "touch", f"{course}/grading/results/mine.csv").returncode == 0  # their work goes on
+
+
 def test_an_instructor_publishes_to_the_student_repository_students_read_it(laid_out):
     base, _, (s1, _, prof), _ = laid_out
     public = base / "student"
@@ -205,11 +224,28 @@ def test_the_setup_is_idempotent_and_refuses_what_students_could_not_reach(laid_
         student_repo=base / "student",
         home_base=base / "home",
         gitconfig=base / "gitconfig",
+        state=base / "state",
     )
+    # what an instructor (the group) may have left for root's next run: a link into /etc in the
+    # course, a hook and a file-system monitor in the student repository
+    course, public = base / "course", base / "student"
+    marker = tmp_path / "ran-as-root"
+    target = tmp_path / "root-file"
+    target.write_text("root's")
+    target.chmod(0o600)
+    planted = (
+        f"ln -s {target} {course}/grading/results/link && "
+        f"printf '#!/bin/sh\\ntouch {marker}\\n' > {public}/.git/hooks/pre-commit && "
+        f"chmod +x {public}/.git/hooks/pre-commit && git -C {public} config core.fsmonitor 'touch {marker}'"
+    )
+    r = as_user(prof, "sh", "-c", planted, env={"GIT_CONFIG_SYSTEM": str(base / "gitconfig")})
+    assert r.returncode == 0, r.stderr
     capsys.readouterr()
     classroom.setup(roster, **args)
     said = capsys.readouterr().out
     assert "made the account" not in said and "joined" not in said and "closed" not in said
+    assert not marker.exists(), "root ran git in the group's repository"
+    assert (target.stat().st_uid, target.stat().st_gid, target.stat().st_mode & 0o777) == (0, 0, 0o600)
     hidden = tmp_path / "private"
     hidden.mkdir(mode=0o700)
     (hidden / "python").symlink_to(made.python)

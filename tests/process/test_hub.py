@@ -412,7 +412,7 @@ def test_a_term_release_work_hand_in_grade_return_fix_and_a_late_hand_in(hub):
 
     # Lab 1: two on time (solved; untouched and reading what it can), the due time, one late
     a, b, c = students
-    probe = PROBE.format(paths=[str(home), str(hub.grader_course), "/proc/1/environ"])
+    probe = PROBE.format(paths=[str(home), str(hub.grader_course), str(hub.grader_work), "/proc/1/environ"])
     assert "(LATE)" not in _hand_in(hub, a, "correct") + _hand_in(hub, b, "blank", extra=probe)
     due = hub.class_dir / "due.yml"
     _ran(hub.terminal(prof, [
@@ -461,7 +461,7 @@ def test_a_term_release_work_hand_in_grade_return_fix_and_a_late_hand_in(hub):
     # the hostile hand-in ran in the grading service's sandbox: no token, no Hub variable, nothing
     # of the instructor's or of the course's
     probed = hub.run_code(b, page)
-    assert "PROBE-ENV" in probed and probed.count("PROBE-REFUSED") == 3 and "PROBE-READ" not in probed, probed[-3000:]
+    assert "PROBE-ENV" in probed and probed.count("PROBE-REFUSED") == 4 and "PROBE-READ" not in probed, probed[-3000:]
     assert "JUPYTERHUB" not in probed and hub.users[prof].token not in probed and "TOKEN" not in probed
 
     # the instructor fixes a typo in Lab 2 and publishes it, from their terminal; every student

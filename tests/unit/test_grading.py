@@ -420,3 +420,21 @@ def test_a_course_folder_the_grader_cannot_write_is_named_before_any_work(tmp_pa
     assert grading_main(["--root", str(root), "autograde", str(tmp_path / "submitted"), "--labs", "02"]) == 1
     err = capsys.readouterr().err
     assert f"{root / 'autograded'} is not writable by you" in err and "instructor" in err and not started
+
+
+@pytest.mark.parametrize("name", ["../evil.py", "/srv/labs/.venv/lib/x.pth", "sub/x.py", ".hidden.py"])
+def test_a_writefile_script_is_a_plain_file_name(tmp_path, name):
+    """The grader (root) writes each %%writefile script of an instructor notebook under
+    reference/<lab>/ by its name: a name with a folder, or a hidden one, is refused."""
+    import nbformat
+
+    from lab_utils.grading.scripts import writefile_scripts
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"%%writefile {name}\nprint(1)\n")])
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    with pytest.raises(ValueError, match="a plain file name"):
+        writefile_scripts(path)
+    nb.cells[0].source = "%%writefile -a train.py\nprint(1)\n"
+    nbformat.write(nb, path)
+    assert writefile_scripts(path) == {"train.py": "print(1)\n"}

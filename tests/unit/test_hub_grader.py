@@ -19,6 +19,7 @@ from lab_utils.hub.service import GRADE_SCOPE, Refusals
 def course(tmp_path):
     root = tmp_path / "course" / "grading"
     (root / "source" / "01_single_node").mkdir(parents=True)
+    (root / "nbgrader_config.py").write_text("")
     return root
 
 
@@ -160,3 +161,35 @@ def test_the_batch_runs_outside_the_course_with_python_p_and_leaves_no_folder(co
     where = {line.split()[0] for line in steps}
     assert len(where) == 1 and not any(w.startswith(str(course.parent)) for w in where), where
     assert not os.path.exists(where.pop())  # removed after
+
+
+def test_on_a_class_s_machine_it_grades_in_its_own_course_on_plain_copies(course, tmp_path, monkeypatch):
+    """The course is its instructors' group's to write; the service grades in a course of its own
+    (``--work``), on copies of the course's notebooks and settings it makes at each grading:
+    no link is followed, and the late flags come from the class's due file, whatever the
+    settings name."""
+    (course / "source" / "01_single_node" / "01_single_node.ipynb").write_text("{}")
+    (course / "source" / "01_single_node" / "secret").symlink_to("/etc/shadow")
+    (course / "settings.yml").write_text("defaults:\n  cell_timeout: 30\ndue_file: /etc/shadow\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "nbgrader_config.py").write_text("c = get_config()\n")
+    (work / "source" / "02_gone").mkdir(parents=True)  # a lab the course no longer has
+    record = tmp_path / "steps.txt"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {record}\n')
+    fake.chmod(0o755)
+
+    def collect(lab, dest, url, token):
+        (dest / "alice" / lab).mkdir(parents=True)
+        return ["alice"]
+
+    monkeypatch.setattr(grader.client, "collect", collect)
+    due = tmp_path / "due.yml"
+    made = grader.Grader(course, "http://x/services/handin/", "t", python=str(fake), work=work, due_file=due)
+    made._grade(grader.Job("01_single_node", "prof"))
+    assert sorted(p.name for p in (work / "source").rglob("*")) == ["01_single_node", "01_single_node.ipynb"]
+    assert (work / "settings.yml").read_text() == f"defaults:\n  cell_timeout: 30\ndue_file: {due}\n"
+    assert all(f"--root {work}" in line for line in record.read_text().splitlines())
+    with pytest.raises(ValueError, match="no nbgrader_config.py"):
+        grader.Grader(course, "http://x/", "t", work=tmp_path / "empty")

@@ -62,6 +62,7 @@ def test_a_service_started_with_sigint_ignored_stops_on_the_hubs_signal(which, s
         argv, ready = ["-m", "lab_utils.hub.culler", "--timeout=3600"], "Connection refused"
     else:
         (tmp_path / "course" / "source").mkdir(parents=True)
+        (tmp_path / "course" / "nbgrader_config.py").write_text("")
         argv = ["-m", "lab_utils.hub.grader", "--course", str(tmp_path / "course"), "--handin-url", "http://x/"]
     proc = _start(argv, env)
     try:
@@ -78,6 +79,7 @@ def test_a_service_started_with_sigint_ignored_stops_on_the_hubs_signal(which, s
 
 def test_the_grading_service_interrupts_the_step_under_way_and_kills_one_that_will_not_stop(tmp_path):
     (tmp_path / "source").mkdir()
+    (tmp_path / "nbgrader_config.py").write_text("")
     made = grader.Grader(tmp_path, "http://127.0.0.1:1/services/handin/", "t")
     made.stop()  # nothing under way: nothing to do
     for code, grace, ended_by in (
