@@ -3,7 +3,7 @@
 # deploy/README.md, "A class on one machine", walks through a term with it; tests/process/test_hub.py
 # starts a real Hub from this very file (adding only its ports, paths and a test login).
 #
-# `sudo .venv/bin/python -m lab_utils.hub setup --roster roster.csv` sets the class up and writes
+# `sudo .venv/bin/python -P -m lab_utils.hub setup --roster ~/roster.csv` sets the class up and writes
 # /etc/labs/class.env, which this file reads ($LABS_CLASS_DIR: another folder). Each value below
 # comes from the Hub's environment first, then class.env, then the default:
 #   LABS_HANDIN_STORE   where hand-ins and feedback are kept (made mode 700)             /srv/handin
@@ -56,7 +56,7 @@ if handin_user:
     except KeyError:
         raise SystemExit(
             f"the hand-in service's account {handin_user!r} does not exist: set the class up first "
-            "(deploy/README.md, 'A class on one machine'): sudo .venv/bin/python -m lab_utils.hub setup --roster roster.csv"
+            "(deploy/README.md, 'A class on one machine'): sudo .venv/bin/python -P -m lab_utils.hub setup --roster ~/roster.csv"
         ) from None
 
 # The Hub's state where only root reads it, never in the working directory (a course folder the

@@ -69,8 +69,8 @@ def plain_files(folder: Path | str) -> tuple[list[str], list[tuple[str, str]]]:
     return sorted(files), refused
 
 
-def _read_rel(folder: Path, rel: str) -> bytes | None:
-    """``folder/rel``'s bytes, every component opened without following a link."""
+def _read_rel(folder: Path, rel: str, cap: int = 2**40) -> bytes | None:
+    """``folder/rel``'s bytes (None above ``cap``), every component opened without following a link."""
     parts = rel.split(os.sep)
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
@@ -78,7 +78,7 @@ def _read_rel(folder: Path, rel: str) -> bytes | None:
             nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             os.close(fd)
             fd = nxt
-        data = read_plain(parts[-1], 2**40, dir_fd=fd)
+        data = read_plain(parts[-1], cap, dir_fd=fd)
     except OSError:
         return None
     finally:
@@ -86,16 +86,16 @@ def _read_rel(folder: Path, rel: str) -> bytes | None:
     return data if isinstance(data, bytes) else None
 
 
-def copy_plain(src: Path | str, dest: Path | str) -> list[tuple[str, str]]:
+def copy_plain(src: Path | str, dest: Path | str, cap: int = 2**40) -> list[tuple[str, str]]:
     """Copy the plain files of ``src`` into ``dest`` (made); returns what was refused
-    (:func:`plain_files`): nothing a link points to is ever read."""
+    (:func:`plain_files`, and each file above ``cap`` bytes): nothing a link points to is ever read."""
     src, dest = Path(src), Path(dest)
     files, refused = plain_files(src)
     dest.mkdir(parents=True, exist_ok=True)
     for rel in files:
-        data = _read_rel(src, rel)
-        if data is None:  # changed under us: refused as what it became
-            refused.append((rel, "changed while copied"))
+        data = _read_rel(src, rel, cap)
+        if data is None:  # changed under us, or too large: refused
+            refused.append((rel, "changed while copied, or above the size allowed"))
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         (dest / rel).write_bytes(data)

@@ -45,9 +45,14 @@ OWN = {"README.md": "deploy/student-repo/README.md", "Makefile": "deploy/student
 MARK = ".student-repo"
 
 
+#: git with no hook and no file-system monitor of the repository's own: it may be another
+#: account's (a class's instructors share the course and the student repository)
+PLAIN_GIT = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+
+
 def _tracked(root: Path) -> list[str]:
     out = subprocess.run(
-        ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, text=True, check=False, timeout=60
+        ["git", "-C", str(root), *PLAIN_GIT, "ls-files", "-z"], capture_output=True, text=True, check=False, timeout=60
     )
     if out.returncode != 0:
         raise ValueError(f"{root} is not a git checkout (git ls-files: {out.stderr.strip()})")
@@ -70,10 +75,9 @@ def files(root: Path | str = REPO) -> dict[str, Path]:
 def _git(dest: Path, *args: str) -> subprocess.CompletedProcess:
     who = ["-c", "user.name=" + os.environ.get("GIT_AUTHOR_NAME", "Course staff")]
     who += ["-c", "user.email=" + os.environ.get("GIT_AUTHOR_EMAIL", "course-staff@localhost")]
-    # no hook and no file-system monitor of the repository's own: it may be another account's
-    # (a class's instructors share these repositories)
-    plain = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
-    return subprocess.run(["git", "-C", str(dest), *who, *plain, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["git", "-C", str(dest), *who, *PLAIN_GIT, *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def write(dest: Path | str, root: Path | str = REPO, message: str | None = None) -> str:

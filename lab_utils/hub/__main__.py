@@ -6,9 +6,9 @@ python -m lab_utils.hub return 02_ps_async grading/feedback  # each student's fe
 python -m lab_utils.hub hand-in labs/02_ps_async/02_ps_async.ipynb
 python -m lab_utils.hub feedback 02_ps_async
 python -m lab_utils.hub whoami
-sudo python -m lab_utils.hub setup --roster roster.csv      # the class's machine (lab_utils.hub.classroom)
-sudo python -m lab_utils.hub backup --store /srv/handin --course grading /var/backups/labs
-sudo python -m lab_utils.hub restore ARCHIVE --store /srv/handin --course grading [--replace]
+sudo python -P -m lab_utils.hub setup --roster ~/roster.csv  # the class's machine (lab_utils.hub.classroom)
+sudo python -P -m lab_utils.hub backup --store /srv/handin --course /var/lib/labs/grading /var/backups/labs
+sudo python -P -m lab_utils.hub restore ARCHIVE --store /srv/handin --course /var/lib/labs/grading [--replace]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Back up, and restore, what a class cannot make again: the hand-in store and the gradebook.
 
-    sudo python -m lab_utils.hub backup --store /srv/handin --course /srv/labs/grading /var/backups/labs
-    sudo python -m lab_utils.hub restore /var/backups/labs/labs-20261204T235901Z.tar.gz --store /srv/handin --course /srv/labs/grading
+    sudo python -P -m lab_utils.hub backup --store /srv/handin --course /var/lib/labs/grading /var/backups/labs
+    sudo python -P -m lab_utils.hub restore /var/backups/labs/labs-20261204T235901Z.tar.gz --store /srv/handin --course /var/lib/labs/grading
 
 A backup is one ``.tar.gz`` (mode 600: it holds every student's work): ``store/`` (hand-ins with
 their receipts, and returned feedback; not the bodies still arriving) and ``gradebook.db`` (a

@@ -1,6 +1,6 @@
 """A class on one machine, set up from a roster, as root; private by default.
 
-    sudo .venv/bin/python -m lab_utils.hub setup --roster roster.csv
+    sudo .venv/bin/python -P -m lab_utils.hub setup --roster ~/roster.csv
 
 ``roster.csv`` has a header and one line per person: ``user,role`` (``student``, ``instructor``,
 or ``ta``: a teaching assistant, who collects and grades as an instructor does). Run again
@@ -262,13 +262,13 @@ def _set_tree(path: Path, mode_of, uid: int = -1, gid: int = -1, skip: tuple[Pat
 def _close(path: Path, gid: int, skip: tuple[Path, ...] = ()) -> None:
     """``path`` and all under it (but ``skip``): the instructors' group's (read and write),
     nobody else's; folders setgid, so what is made in them later stays the group's."""
-    _set_tree(path, lambda m, x, d: (m | 0o060 | 0o010 * x | 0o2000 * d) & ~0o007, gid=gid, skip=skip)
+    _set_tree(path, lambda m, x, d: ((m & ~0o6000) | 0o060 | 0o010 * x | 0o2000 * d) & ~0o007, gid=gid, skip=skip)
 
 
 def _open_to_read(path: Path) -> None:
     """``path`` and all under it root's, readable (and folders enterable) by everyone, written
     by root alone: what students run, and what root runs too (the Hub imports ``lab_utils``)."""
-    _set_tree(path, lambda m, x, d: (m | 0o044 | 0o011 * x) & ~0o022, uid=0)
+    _set_tree(path, lambda m, x, d: (m | 0o044 | 0o011 * x) & ~0o6022, uid=0)
 
 
 def _root_only(path: Path, gid: int) -> None:
@@ -279,7 +279,7 @@ def _root_only(path: Path, gid: int) -> None:
 def _share(path: Path, gid: int) -> None:
     """``path`` and all under it readable by everyone and written by the instructors' group
     (folders setgid): the public student repository, which any instructor publishes to."""
-    _set_tree(path, lambda m, x, d: m | 0o064 | 0o011 * x | 0o2070 * d, gid=gid)
+    _set_tree(path, lambda m, x, d: (m & ~0o6000) | 0o064 | 0o011 * x | 0o2070 * d, gid=gid)
 
 
 def lay_out(repo: Path, gid: int, python: Path) -> None:
@@ -437,6 +437,12 @@ def setup(
     state: Path = STATE,
 ) -> Class:
     """Set up the class (module docstring); returns what the Hub will read of it."""
+    st = os.stat(roster_file)
+    if st.st_mode & 0o022 or st.st_uid not in (0, os.geteuid(), int(os.environ.get("SUDO_UID", "0"))):
+        raise ValueError(
+            f"{roster_file} may be changed by others (mode {stat.S_IMODE(st.st_mode):o}, owner uid {st.st_uid}): "
+            "the roster says who is an instructor; keep it where only you write (not in the course)"
+        )
     roster = read_roster(roster_file)
     system = [n for n in roster.everyone if (uid := _uid(n)) is not None and uid < FIRST_UID]
     if system:
@@ -457,7 +463,7 @@ def setup(
     store.chmod(0o700)
     from ..grading import student_repo as public
 
-    if not (student_repo / ".git").exists():
+    if not student_repo.exists():  # the first time (its parent is root's: no instructor removes it)
         _say(public.write(student_repo, repo, message="the class's labs (python -m lab_utils.hub setup)"))
         _run("git", "-C", str(student_repo), "config", "core.sharedRepository", "group")
     else:  # root runs no git in a repository the instructors' group writes (its hooks, filters)

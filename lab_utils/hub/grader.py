@@ -73,6 +73,10 @@ def grading_env(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not k.startswith(("JUPYTERHUB_", "JPY_")) and "TOKEN" not in k}
 
 
+#: the largest file of the course's source/ the service copies (its notebooks are a few MB)
+SOURCE_FILE_MAX = 64 * 2**20
+
+
 class Job:
     """One grading of one lab, in a thread: its output lines and its end."""
 
@@ -176,7 +180,7 @@ class Grader:
         fresh = self.work / ".source.new"
         if fresh.exists():
             shutil.rmtree(fresh)
-        refused = copy_plain(self.course / "source", fresh)
+        refused = copy_plain(self.course / "source", fresh, cap=SOURCE_FILE_MAX)
         if refused:
             log.warning("the course's source/ holds what is not copied: %s", refused[:5])
         if (self.work / "source").exists():

@@ -263,6 +263,25 @@ def test_a_system_account_on_the_roster_is_refused_before_anything_changes(tmp_p
     assert not (tmp_path / "etc").exists() and not (tmp_path / "store").exists()
 
 
+def test_a_roster_others_may_write_is_refused_before_anything_changes(tmp_path):
+    """The roster says who is an instructor: one in the course (the group's to write) would let a
+    TA name anyone an instructor at the setup's next run."""
+    (tmp_path / "r.csv").write_text("user,role\nprof,instructor\n")
+    (tmp_path / "r.csv").chmod(0o664)
+    with pytest.raises(ValueError, match="may be changed by others"):
+        classroom.setup(tmp_path / "r.csv", folder=tmp_path / "etc", store=tmp_path / "store")
+    assert not (tmp_path / "etc").exists() and not (tmp_path / "store").exists()
+
+
+def test_nbgrader_runs_no_notebook_code_when_it_generates_a_release():
+    """nbgrader's InstantiateTests would run a source notebook's code (before `# AUTOTEST`) in a
+    kernel of the grader's, root's in the grading service, outside every sandbox."""
+    from lab_utils.grading import nbapi
+
+    used = [p.__name__ for p in nbapi.course_api(REPO / "grading").config.GenerateAssignment.preprocessors]
+    assert "InstantiateTests" not in used and "ClearSolutions" in used and "ClearHiddenTests" in used, used
+
+
 @pytest.mark.parametrize(
     "text, why",
     [

@@ -26,10 +26,10 @@ RUN_BY = {
     r"python -m lab_utils\.hub (collect|return)\b": (
         "tests/process/test_hub.py::test_students_hand_in_from_their_kernels_and_see_only_their_own_feedback"
     ),
-    r"python -m lab_utils\.hub setup\b": (
+    r"python (-P )?-m lab_utils\.hub setup\b": (
         "tests/process/test_classroom.py::test_a_student_reads_nothing_of_a_classmate_the_course_or_the_store"
     ),
-    r"python -m lab_utils\.hub (backup|restore)\b": (
+    r"python (-P )?-m lab_utils\.hub (backup|restore)\b": (
         "tests/unit/test_hub_backup.py::test_a_backup_restores_every_hand_in_and_the_gradebook"
     ),
     r"python -m lab_utils\.hub grade\b": (
