@@ -461,16 +461,7 @@ def setup(
     if handin is not None:
         os.chown(store, handin.pw_uid, handin.pw_gid)
     store.chmod(0o700)
-    from ..grading import student_repo as public
-
-    if not student_repo.exists():  # the first time (its parent is root's: no instructor removes it)
-        _say(public.write(student_repo, repo, message="the class's labs (python -m lab_utils.hub setup)"))
-        _run("git", "-C", str(student_repo), "config", "core.sharedRepository", "group")
-    else:  # root runs no git in a repository the instructors' group writes (its hooks, filters)
-        _say(f"{student_repo} is there: instructors publish to it (make student-repo DEST={student_repo})")
-    _share(student_repo, gid)
-    _safe_directory(gitconfig, student_repo)
-    _safe_directory(gitconfig, repo)  # root's: instructors commit and publish from it
+    _student_repo(student_repo, repo, gid, gitconfig)
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)
     due = folder / "due.yml"
@@ -504,6 +495,22 @@ def setup(
         f"  sudo {python.parent}/jupyterhub -f {repo}/deploy/single-machine/jupyterhub_config.py"
     )
     return Class(folder, roster, env)
+
+
+def _student_repo(student_repo: Path, repo: Path, gid: int, gitconfig: Path) -> None:
+    """The public student repository: written the first time (its parent is root's: no
+    instructor removes it), then the instructors' group's to publish to; root runs no git in it
+    again (a repository the group writes: its hooks, filters, monitor)."""
+    from ..grading import student_repo as public
+
+    if not student_repo.exists():
+        _say(public.write(student_repo, repo, message="the class's labs (python -m lab_utils.hub setup)"))
+        _run("git", "-C", str(student_repo), "config", "core.sharedRepository", "group")
+    else:
+        _say(f"{student_repo} is there: instructors publish to it (make student-repo DEST={student_repo})")
+    _share(student_repo, gid)
+    _safe_directory(gitconfig, student_repo)
+    _safe_directory(gitconfig, repo)  # root's: instructors commit and publish from it
 
 
 def _safe_directory(gitconfig: Path, path: Path) -> None:
