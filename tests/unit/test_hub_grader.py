@@ -139,10 +139,10 @@ def test_a_body_sent_to_the_grading_service_is_refused_unread(served):
     assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
 
 
-def test_the_batch_runs_outside_the_course_with_python_p_and_leaves_no_folder(course, tmp_path, monkeypatch):
-    """The course is its instructors' group's to write: `python -m` would import a module a TA
-    put in its working directory, as root. Each step runs with -P, in a folder of the service's
-    own (the hand-ins), removed after."""
+@pytest.fixture
+def recording_python(tmp_path, monkeypatch):
+    """(a "python" that records each step's working directory and arguments, the record): the
+    hand-in service's collect gives one hand-in, alice's."""
     record = tmp_path / "steps.txt"
     fake = tmp_path / "python"
     fake.write_text(f'#!/bin/sh\necho "$PWD $*" >> {record}\n')
@@ -153,6 +153,14 @@ def test_the_batch_runs_outside_the_course_with_python_p_and_leaves_no_folder(co
         return ["alice"]
 
     monkeypatch.setattr(grader.client, "collect", collect)
+    return fake, record
+
+
+def test_the_batch_runs_outside_the_course_with_python_p_and_leaves_no_folder(course, recording_python):
+    """The course is its instructors' group's to write: `python -m` would import a module a TA
+    put in its working directory, as root. Each step runs with -P, in a folder of the service's
+    own (the hand-ins), removed after."""
+    fake, record = recording_python
     made = grader.Grader(course, "http://127.0.0.1:1/services/handin/", "service-token", python=str(fake))
     job = grader.Job("01_single_node", "prof")
     made._grade(job)
@@ -163,7 +171,7 @@ def test_the_batch_runs_outside_the_course_with_python_p_and_leaves_no_folder(co
     assert not os.path.exists(where.pop())  # removed after
 
 
-def test_on_a_class_s_machine_it_grades_in_its_own_course_on_plain_copies(course, tmp_path, monkeypatch):
+def test_on_a_class_s_machine_it_grades_in_its_own_course_on_plain_copies(course, tmp_path, recording_python):
     """The course is its instructors' group's to write; the service grades in a course of its own
     (``--work``), on copies of the course's notebooks and settings it makes at each grading:
     no link is followed, and the late flags come from the class's due file, whatever the
@@ -175,16 +183,7 @@ def test_on_a_class_s_machine_it_grades_in_its_own_course_on_plain_copies(course
     work.mkdir()
     (work / "nbgrader_config.py").write_text("c = get_config()\n")
     (work / "source" / "02_gone").mkdir(parents=True)  # a lab the course no longer has
-    record = tmp_path / "steps.txt"
-    fake = tmp_path / "python"
-    fake.write_text(f'#!/bin/sh\necho "$*" >> {record}\n')
-    fake.chmod(0o755)
-
-    def collect(lab, dest, url, token):
-        (dest / "alice" / lab).mkdir(parents=True)
-        return ["alice"]
-
-    monkeypatch.setattr(grader.client, "collect", collect)
+    fake, record = recording_python
     due = tmp_path / "due.yml"
     made = grader.Grader(course, "http://x/services/handin/", "t", python=str(fake), work=work, due_file=due)
     made._grade(grader.Job("01_single_node", "prof"))
