@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import importlib
 
-from lab_utils.grading.cells import DEFAULT_BANDS, credit, is_grading, ratio_credit
+from lab_utils.grading.cells import DEFAULT_BANDS, check_prediction, credit, is_grading, ratio_credit
 from lab_utils.grading.handin import hand_in
 from lab_utils.grading.scripts import find_lab_script, reference_script
 
@@ -62,6 +62,7 @@ __all__ = [
     "DEFAULT_BANDS",
     "credit",
     "ratio_credit",
+    "check_prediction",
     "is_grading",
     "hand_in",
     "throughput",

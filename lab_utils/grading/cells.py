@@ -5,6 +5,7 @@
     from lab_utils.grading import credit, ratio_credit, is_grading
     credit(0.5, points=2)                 # -> 1.0, a clamped Python float
     ratio_credit(student_eps / ref_eps, points=3)
+    check_prediction("bytes per sync step", predicted, measured, tolerance=0.25)   # Lab 3's predictions
 
 nbgrader gives partial credit when a test cell's last expression is a Python
 ``float`` in [0, points]; a NumPy scalar or another type gives full credit and
@@ -18,7 +19,7 @@ import math
 import os
 from numbers import Real
 
-__all__ = ["is_grading", "credit", "ratio_credit", "DEFAULT_BANDS"]
+__all__ = ["is_grading", "credit", "ratio_credit", "check_prediction", "DEFAULT_BANDS"]
 
 #: (minimum ratio, fraction of the points) pairs of :func:`ratio_credit`.
 DEFAULT_BANDS = ((0.8, 1.0), (0.5, 0.5), (0.25, 0.25))
@@ -69,3 +70,18 @@ def ratio_credit(ratio, points, bands=DEFAULT_BANDS) -> float:
         if r >= lo:
             return credit(fraction, points)
     return credit(0.0, points)
+
+
+def check_prediction(what: str, predicted, measured, tolerance: float, hint: str = "") -> float:
+    """``measured / predicted`` when the measurement is within ``tolerance`` (relative) of the
+    prediction; ``AssertionError`` saying both numbers, the ratio and ``hint`` (what to look at)
+    when it is not, or when the prediction is not a positive number."""
+    if isinstance(predicted, bool) or not isinstance(predicted, Real) or not predicted > 0:
+        raise AssertionError(f"{what}: predict a positive number, got {predicted!r}")
+    ratio = float(measured) / float(predicted)
+    if not abs(ratio - 1) <= tolerance:
+        raise AssertionError(
+            f"{what}: you predicted {float(predicted):,.4g}, your run measured {float(measured):,.4g} "
+            f"({ratio:.2f}x the prediction; within {tolerance:.0%} passes)" + (f". {hint}" if hint else "")
+        )
+    return ratio

@@ -162,8 +162,10 @@ def run_steps(
     eval_every: int = 0,
     before_step: Callable[[], None] | None = None,
     extra: Callable[[int, LoopStats], Mapping[str, Any]] | None = None,
+    done: Callable[[int], bool] | None = None,
 ) -> LoopStats:
-    """Train until the global step reaches ``target``; return the counts.
+    """Train until the global step reaches ``target`` (or, with ``done``, until
+    ``done(step)`` is true for the value the last step returned); return the counts.
 
     Marks ``ready`` on ``clock``, reads the starting ``global_step()``, then per
     step: ``before_step()``, the next batch, ``step(x, y, stats)``, and one
@@ -178,7 +180,9 @@ def run_steps(
     started = clock.mark("ready")  # the first step's bar starts with the training time
     stats = LoopStats(step=int(global_step()))
     next_eval = _next_eval(stats.step, eval_every)
-    while stats.step < target:
+    if done is None:
+        done = target.__le__  # the global step reached the target
+    while not done(stats.step):
         if before_step is not None:
             before_step()
         xb, yb = next(batch_iter)
@@ -201,6 +205,26 @@ def run_steps(
         started = record["time"]  # steps tile the loop: writing this event is part of the next step
     clock.mark("trained")
     return stats
+
+
+def leave_when(leave_loop: Callable[[int, int], bool], target: int, who: str) -> Callable[[int], bool]:
+    """:func:`run_steps`'s ``done`` from a rule ``leave_loop(value, target) -> bool`` (Lab 3, Part 5:
+    a student's), called with the value each step returned (a sync worker's token): a bool each
+    step, and an error naming ``who``, not an endless run, when it still says "stay" at twice the
+    target."""
+
+    def done(value: int) -> bool:
+        leave = leave_loop(value, target)
+        if not isinstance(leave, (bool, np.bool_)):
+            raise TypeError(f"{who}: leave_loop({value}, {target}) must return True or False, got {leave!r}")
+        if not leave and value >= 2 * target + 2:
+            raise RuntimeError(
+                f"{who}: leave_loop({value}, {target}) is still False at global step {value}, twice the "
+                f"target {target}: a worker must leave its loop once the token it received is worth the target"
+            )
+        return bool(leave)
+
+    return done
 
 
 # ----------------------------------------------------------------------------- the result

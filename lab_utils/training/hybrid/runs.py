@@ -49,7 +49,7 @@ from lab_utils.training.hybrid import settings as hybrid_settings
 from lab_utils.training.runs import LaunchOptions, run_ranks, sweep, takes_launch_options
 from lab_utils.training.runs import experiment_timelines as timelines  # noqa: F401 (the package's name)
 
-__all__ = ["MODES", "RANK_MEMORY_BYTES", "fit_workers", "run", "experiment", "plot"]
+__all__ = ["MODES", "RANK_MEMORY_BYTES", "fit_workers", "variables", "worker_bytes", "run", "experiment", "plot"]
 
 MODES = hybrid_settings.MODES
 MB = 1024**2
@@ -61,6 +61,29 @@ MB = 1024**2
 #: About 10 % is added. TensorFlow's library pages (240 MB more resident) are shared by
 #: every rank and charged once, as for :data:`lab_utils.cluster.TF_TASK_MEMORY_BYTES`.
 RANK_MEMORY_BYTES = {"allreduce": 480 * MB, "hybrid": 320 * MB, "ps": 320 * MB}
+
+
+def variables(unique_rows: float, **settings: Any) -> list[dict]:
+    """The model's variables as Lab 6, Part C describes them to a router: ``name``, ``shape``
+    and ``rows_touched``, the rows of the table a worker's batch touches per step
+    (``unique_rows``, a run's ``unique_rows``), None for a dense variable (every entry gets a
+    gradient). ``settings``: the task's ``users``, ``items``, ``dim``, ``hidden``."""
+    s = hybrid_settings.Settings(**settings)
+    names = ["dense_0/kernel", "dense_0/bias", "dense_1/kernel", "dense_1/bias", "logit/kernel", "logit/bias"]
+    dense = [
+        {"name": n, "shape": shape, "rows_touched": None}
+        for n, shape in zip(names, hybrid_settings.dense_shapes(s.dim, s.hidden), strict=True)
+    ]
+    return [{"name": "embedding", "shape": (s.table_rows, s.dim), "rows_touched": float(unique_rows)}, *dense]
+
+
+def worker_bytes(row: Any) -> float:
+    """Bytes one worker sent and received per step in a run's row (:func:`run`): its host's link
+    counters where emulated, else the task's own count from its message sizes."""
+    link = row.get("worker_mb_per_step")
+    if link is not None and link == link:  # not None, not NaN
+        return float(link) * 1e6
+    return float(row["sparse_mb"] + row["dense_mb"]) * 1e6
 
 
 def _ranks(mode: str, workers: int) -> int:

@@ -36,6 +36,7 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -322,6 +323,7 @@ def shutdown_hang_demo(
     args: Mapping[str, Any] | None = None,
     hosts: str | Sequence[str] | EmulatedHosts | None = None,
     progress: bool = True,
+    fixed_script: str | os.PathLike | None = None,
 ) -> HangDemo:
     """Run Lab 3's synchronous ``script`` to global step ``steps`` twice, 1 PS + ``workers``:
 
@@ -331,6 +333,8 @@ def shutdown_hang_demo(
     2. with the course's settings: watched until every worker exits (they do, in seconds),
        at most ``fixed_deadline`` s.
 
+    ``fixed_script``: the second run's script instead of ``script`` (Lab 3, Part 5: the
+    student's ``sync_ending.py``, the same graph with the ending they wrote).
     ``args``: more of the script's options (``batch_size``, ``seed``...). Returns a
     :class:`HangDemo`. Bounded: two start-ups, ``deadline`` + ``fixed_deadline`` at most, two
     stops; nothing is left running."""
@@ -338,14 +342,19 @@ def shutdown_hang_demo(
     _positive("steps", steps, integer=True)
     _positive("deadline", deadline)
     _positive("fixed_deadline", fixed_deadline)
+    fixed = (
+        ("course settings", script)
+        if fixed_script is None
+        else (f"your ending ({Path(fixed_script).name})", fixed_script)
+    )
     plan = [
-        ("TensorFlow's defaults", _run_args(args, steps, tf_defaults=True), deadline),
-        ("course settings", _run_args(args, steps), fixed_deadline),
+        ("TensorFlow's defaults", script, _run_args(args, steps, tf_defaults=True), deadline),
+        (*fixed, _run_args(args, steps), fixed_deadline),
     ]
     runs = []
-    for label, run_args, limit in plan:
+    for label, path, run_args, limit in plan:
         _say(progress, f"{label}: 1 PS + {workers} workers to global step {steps}, watched for at most {limit:g} s")
-        runs.append(watch(_cluster(script, workers, run_args, hosts), limit, label=label, target=steps))
+        runs.append(watch(_cluster(path, workers, run_args, hosts), limit, label=label, target=steps))
         _say(progress, runs[-1].summary())
     return HangDemo(*runs)
 

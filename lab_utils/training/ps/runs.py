@@ -125,6 +125,19 @@ class PSRun(Run):
         over the longest training time (warm-up = start-up excluded)."""
         return loop.cluster_examples_per_sec(self.results)
 
+    def seconds_per_global_step(self) -> float:
+        """The longest training loop (evaluations left out) over the global steps: in sync mode
+        the time of one step; in async mode the inverse of the cluster's update rate."""
+        return max(float(r["train_time"]) for r in self.results.values()) / self.final_global_step
+
+    def bytes_per_global_step(self) -> float:
+        """Network bytes written per global step, the whole run's (start-up and evaluations
+        included) over its final global step: host-level loopback on one machine (every byte
+        once), the sum of the tasks' links on emulated hosts (:meth:`dstat_table`)."""
+        if self.monitor is None:
+            raise ValueError(f"{self.label}: run with monitor=True to count bytes")
+        return float(self.monitor.summary().loc["total", "Network W"]) / self.final_global_step
+
     # -- tables
     def workers_table(self) -> pd.DataFrame:
         """One row per worker: the CS 744 'execution time per node' and what explains it."""

@@ -521,6 +521,8 @@ def train_worker(
     build: Callable[[Any, Settings], PSGraph],
     data=None,
     may_start: Callable[[int, list, Any], bool] | None = None,
+    leave_loop: Callable[[int, int], bool] | None = None,
+    device_filters: Callable[[Any], list] | None = None,
 ) -> dict:
     """One worker's whole run: its shard, its server, the graph from ``build(task,
     settings)``, the session, the start barrier, the step loop to the target global
@@ -528,6 +530,7 @@ def train_worker(
     ``data``: the data set to shard (default :func:`lab_utils.data.load_mnist`).
     ``may_start(clock, clocks, s) -> bool``: mode ``ssp`` only (and required there),
     the rule a worker waits on before each step (:mod:`lab_utils.training.ssp`).
+    Lab 3, Part 5: ``leave_loop`` (:func:`loop.leave_when`) and ``device_filters(task) -> list``.
     ``settings.tf_defaults`` (``--tf-defaults``): TensorFlow's defaults instead, which hang
     at shutdown (:func:`lab_utils.training.ps.defaults.train_worker_tf_defaults`)."""
     from lab_utils.cluster import start_server
@@ -545,7 +548,7 @@ def train_worker(
     delay = settings.straggler.get(task.task, 0.0)
     tf = import_tensorflow()
     v1 = tf.compat.v1
-    config = session_config(task)
+    config = session_config(task, device_filters)
     server = start_server(task, session_config=config)
     with tf.Graph().as_default():
         v1.set_random_seed(settings.seed)
@@ -579,6 +582,7 @@ def train_worker(
                 eval_every=settings.eval_every,
                 before_step=_before_step(clocks, sess, task, settings, delay, tokens),
                 extra=staleness if clocks is None else clocks.event_fields,
+                done=None if leave_loop is None else loop.leave_when(leave_loop, target, task.task),
             )
             if clocks is not None:
                 clocks.finish(sess)  # a finished worker holds nobody back
