@@ -35,6 +35,7 @@ c.CourseDirectory.ignore = [
     "towers.py",
     "compressors.py",
     "two_tasks.py",
+    "sync_ending.py",
     "*.npz",
 ]  # written by %%writefile from solution cells, and weights files the runs write
 

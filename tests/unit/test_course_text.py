@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import ast
+import copy
 import fnmatch
 import re
 import subprocess
@@ -254,9 +256,13 @@ def test_a_script_a_lab_writes_is_in_every_ignore_list(lab):
         )
 
 
-# ---------------------------------------------------------------------- graded by hand
-#: The share of the course's points graders give by hand (a written answer, read by a person).
-HAND_GRADED_SHARE = 0.25
+# ---------------------------------------------------------------------- graded on the mechanism
+#: The network labs (issue 51): each holds at least PREDICTION_POINTS of predict-then-measure
+#: items, checked against the student's own runs.
+NETWORK_LABS = ["02_ps_async", "03_ps_sync", "04_allreduce", "06_communication"]
+PREDICTION_POINTS = 4
+GOALS = re.compile(r"\*\*Learning goals\.\*\*(.*?)(?:\n\n|\Z)", re.S)
+HAND_SHARE = re.compile(r"\((\d+) of the lab's (\d+) points\) (?:are|is) graded by hand")
 
 
 def points_by_kind(cells) -> tuple[float, float]:
@@ -272,17 +278,208 @@ def points_by_kind(cells) -> tuple[float, float]:
     return hand, total
 
 
-def test_at_most_a_quarter_of_the_course_is_graded_by_hand():
-    """Written answers that only read a number off the student's table, or paraphrase an
-    earlier cell, are autograded functions of the student's own tables; what is left for
-    graders is reasoning."""
-    per_lab = {lab: points_by_kind(nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4).cells) for lab in LABS}
-    hand = sum(h for h, _ in per_lab.values())
-    total = sum(t for _, t in per_lab.values())
-    assert total > 0 and hand > 0, per_lab
-    assert hand / total <= HAND_GRADED_SHARE, f"{hand:g} of {total:g} points by hand ({hand / total:.0%}): {per_lab}"
+def goal_problems(cells) -> list[str]:
+    """Where a lab's learning goals and its graded cells disagree (empty: every goal is graded):
+    the first cell's numbered ``**Learning goals.**``, each graded cell's ``goals`` metadata (the
+    goals it grades), every goal graded by at least one cell, no cell naming a goal that is not there."""
+    found = GOALS.search(cells[0].source)
+    if not found:
+        return ["the first cell lists no **Learning goals.**"]
+    goals = {int(n) for n in re.findall(r"^(\d+)\. ", found[1], re.M)}
+    problems, graded = [], set()
+    for i, cell in enumerate(cells):
+        if not _grading(cell).get("grade"):
+            continue
+        mapped = cell.metadata.get("goals")
+        if not mapped or not isinstance(mapped, list):
+            problems.append(f"cell {i} ({_grading(cell).get('grade_id')}) names no goal it grades")
+            continue
+        problems += [f"cell {i} grades goal {g}, which the first cell does not list" for g in mapped if g not in goals]
+        graded.update(mapped)
+    problems += [f"goal {g} is graded by no cell" for g in sorted(goals - graded)]
+    return problems
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_every_learning_goal_is_graded(lab):
+    cells = nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4).cells
+    assert goal_problems(cells) == []
+
+
+def test_the_goal_check_finds_an_ungraded_goal():
+    first = _md("**Learning goals.** After this lab you can\n1. do a;\n2. do b.\n\n**How**")
+    graded = _test(2)
+    graded.metadata["goals"] = [1]
+    assert goal_problems([first, graded]) == ["goal 2 is graded by no cell"]
+    graded.metadata["goals"] = [1, 3]
+    assert goal_problems([first, graded]) == [
+        "cell 1 grades goal 3, which the first cell does not list",
+        "goal 2 is graded by no cell",
+    ]
+    del graded.metadata["goals"]
+    assert goal_problems([first, graded])[0] == "cell 1 (t) names no goal it grades"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_first_cell_states_the_share_graded_by_hand(lab):
+    """The share graded by hand is what the goals need (no ceiling); the first cell says it."""
+    cells = nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4).cells
+    hand, total = points_by_kind(cells)
+    stated = HAND_SHARE.search(cells[0].source.replace("\n", " "))
+    assert stated, f"{lab}: the first cell does not say how many points are graded by hand"
+    assert (int(stated[1]), int(stated[2])) == (hand, total), f"{lab}: {hand:g} of {total:g} points by hand"
+
+
+def prediction_points(cells) -> tuple[float, list[str]]:
+    """(points of the autograded cells marked ``prediction`` in their metadata, problems): a
+    prediction is graded on made-up cases *and* against the student's own run (a marked cell that
+    calls ``check_prediction``), and no marked cell comes before its solution function."""
+    points, problems, defined = 0.0, [], set()
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "code" and _grading(cell).get("solution"):
+            defined |= {fn.name for fn in ast.parse(_python(cell.source)).body if isinstance(fn, ast.FunctionDef)}
+        if not cell.metadata.get("prediction"):
+            continue
+        if not _is_test(cell):
+            problems.append(f"cell {i} is marked a prediction but is no autograded test")
+            continue
+        used = {n.id for n in ast.walk(ast.parse(_python(cell.source))) if isinstance(n, ast.Name)}
+        if not used & defined:
+            problems.append(f"cell {i} ({_grading(cell).get('grade_id')}) tests no function defined before it")
+        points += _grading(cell).get("points") or 0
+    if points and not any(c.metadata.get("prediction") and "check_prediction(" in c.source for c in cells):
+        problems.append("no prediction meets a run (check_prediction)")
+    return points, problems
+
+
+@pytest.mark.parametrize("lab", NETWORK_LABS)
+def test_a_network_lab_grades_predictions_against_its_own_runs(lab):
+    cells = nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4).cells
+    points, problems = prediction_points(cells)
+    assert problems == []
+    assert points >= PREDICTION_POINTS, f"{lab}: {points:g} points of predictions"
+
+
+def test_the_prediction_check_needs_a_run_and_a_function():
+    sol = _code_cell("def guess(n):\n    ### BEGIN SOLUTION\n    return 2.0 * n\n    ### END SOLUTION", solution=True)
+    made_up, own = _test(1, "made_up"), _test(1, "own")
+    made_up.source, own.source = "assert guess(2) == 4.0", "check_prediction('x', guess(3), run.x, tolerance=0.25)"
+    for cell in (made_up, own):
+        cell.metadata["prediction"] = True
+    assert prediction_points([sol, made_up, own]) == (2, [])
+    assert prediction_points([sol, made_up])[1] == ["no prediction meets a run (check_prediction)"]
+    assert prediction_points([made_up, sol, own])[1] == ["cell 0 (made_up) tests no function defined before it"]
 
 
 def test_the_share_check_counts_written_answers_only():
     assert points_by_kind([_md("x"), _test(3), _test(2, "q", solution=True, markdown=True)]) == (2, 5)
     assert points_by_kind([_test(1)]) == (0, 1)
+
+
+# ---------------------------------------------------------------------- nothing copyable
+_SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.S | re.M)
+_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\n.*?^[ \t]*### END HIDDEN TESTS[ \t]*$", re.S | re.M)
+#: the smallest answer expression the check compares (AST nodes): ``a * b`` is everybody's
+_MIN_NODES = 6
+_STRAIGHT = (ast.Assign, ast.AnnAssign, ast.Return, ast.Expr, ast.If)
+
+
+def _python(source: str) -> str:
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+def _shape(node: ast.AST) -> ast.AST:
+    """``node`` with every name made the same, and a one-argument conversion (``float(...)``,
+    ``int(...)``) peeled off: what is left is the computation, whatever the variables are called."""
+
+    class Anonymous(ast.NodeTransformer):
+        def visit_Name(self, name):
+            return ast.Name(id="_", ctx=ast.Load())
+
+    node = Anonymous().visit(copy.deepcopy(node))
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1 and not node.keywords:
+        node = node.args[0]
+    return node
+
+
+def _straight(body) -> bool:
+    return all(isinstance(s, _STRAIGHT) and (not isinstance(s, ast.If) or _straight(s.body + s.orelse)) for s in body)
+
+
+def copyable_answers(cells) -> list[str]:
+    """Autograded answers a student can copy from another cell (empty: none). An answer is a
+    function in a solution code cell whose body is straight-line code (a reading: assignments, an
+    ``if``, a return); it is copyable when one of its expressions (six AST nodes or more, names
+    aside, a ``float(...)`` peeled off) appears in the code a student sees in another cell: that
+    cell with its solutions and hidden tests removed."""
+    seen = {}
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "code":
+            visible = _HIDDEN.sub("", _SOLUTION.sub(lambda m: f"{m[1]}pass", cell.source))
+            tree = ast.parse(_python(visible))
+            seen[i] = {ast.dump(_shape(n)) for n in ast.walk(tree) if isinstance(n, ast.expr)}
+    found = []
+    for i, cell in enumerate(cells):
+        if not (cell.cell_type == "code" and _grading(cell).get("solution")) or cell.source.startswith("%%writefile"):
+            continue
+        for fn in ast.parse(_python(cell.source)).body:
+            if not (isinstance(fn, ast.FunctionDef) and _straight(fn.body)):
+                continue
+            for node in ast.walk(fn):
+                if not (isinstance(node, (ast.Return, ast.Assign)) and node.value is not None):
+                    continue
+                shape = _shape(node.value)
+                if sum(1 for n in ast.walk(shape) if isinstance(n, (ast.expr, ast.keyword))) < _MIN_NODES:
+                    continue
+                where = [j for j, shapes in seen.items() if j != i and ast.dump(shape) in shapes]
+                if where:
+                    found.append(f"cell {i} {fn.name}: {ast.unparse(node.value)} is in cell {where[0]}")
+    return found
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_no_autograded_answer_can_be_copied_from_another_cell(lab):
+    cells = nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4).cells
+    assert copyable_answers(cells) == []
+
+
+def _code_cell(source: str, solution: bool = False):
+    cell = nbformat.v4.new_code_cell(source)
+    if solution:
+        cell.metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "answer"}
+    return cell
+
+
+def test_the_copy_check_finds_the_readings_the_issue_named():
+    """Issue 51's examples, as they were: Lab 1's Q2 answer was computed by the "what you measured"
+    cell, and Lab 2's speedup column held its answer's denominator."""
+    lab1 = [
+        _code_cell(
+            'fastest = sweep.dropna(subset=["time_to_accuracy_s"])\n'
+            "print(int(fastest.loc[fastest['time_to_accuracy_s'].idxmin(), 'batch_size']))"
+        ),
+        _code_cell(
+            "def fastest_to_target(sweep):\n    ### BEGIN SOLUTION\n"
+            '    reached = sweep.dropna(subset=["time_to_accuracy_s"])\n    if reached.empty:\n        return None\n'
+            '    return int(reached.loc[reached["time_to_accuracy_s"].idxmin(), "batch_size"])\n    ### END SOLUTION',
+            solution=True,
+        ),
+    ]
+    assert [line.split(":")[0] for line in copyable_answers(lab1)] == ["cell 1 fastest_to_target"] * 2
+    lab2 = [
+        _code_cell(
+            "def speedup(table):\n    ### BEGIN SOLUTION\n"
+            '    most = table.loc[table["workers"].idxmax(), "examples/s"]\n'
+            '    fewest = table.loc[table["workers"].idxmin(), "examples/s"]\n'
+            "    return float(most / fewest)\n    ### END SOLUTION",
+            solution=True,
+        ),
+        _code_cell('_rows["speedup"] = _rows["examples/s"] / _rows.loc[_rows["workers"].idxmin(), "examples/s"]'),
+    ]
+    assert copyable_answers(lab2) == ["cell 0 speedup: table.loc[table['workers'].idxmin(), 'examples/s'] is in cell 1"]
+    # the same answer is fine when only its hidden test, or another solution, computes it
+    hidden = _code_cell(lab2[1].source.join(["### BEGIN HIDDEN TESTS\n", "\n### END HIDDEN TESTS"]))
+    assert copyable_answers([lab2[0], hidden]) == []
+    # and a loop is an exercise, not a reading
+    loop = _code_cell("def f(t):\n    for x in t:\n        return t.loc[t['a'].idxmin(), 'b']", solution=True)
+    assert copyable_answers([loop, _code_cell("t.loc[t['a'].idxmin(), 'b']")]) == []
