@@ -2,7 +2,10 @@
 
     python bench/expected_results.py --tier "2-core laptop=laptop.json" \\
         --tier "Hub pod (2 CPUs, 2.5 GB)=pod.json" --tier "Binder (1 CPU, 2 GB)=binder.json" \\
-        [--out grading/expected_results.md]
+        [--out grading/expected_results.md] [--update grading/expected_results.md --note "..."]
+
+``--update SHEET``: only the labs the tier files hold are measured again; their sections replace
+the sheet's, the other labs' stay as they were, and ``--note`` is added under the earlier notes.
 
 Each ``FILE.json`` is the output of ``bench/bench_lab_memory.py --full`` (a student's full run of
 every lab under that tier's limits). Its ``recorded`` figures are what the notebooks pass to
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -26,25 +30,33 @@ LABELS = {
     "fastest_to_target": "Q2: batch fastest to the target",
     "highest_throughput_batch": "batch with the highest examples/s",
     "throughput_growth": "Q1: examples/s at the largest batch / at the smallest",
-    "speedup": "Q2: examples/s, most workers / fewest",
-    "busy_cores_most_workers": "Q2: cores kept busy, most workers",
-    "straggler_step_share": "Q3: straggler's share of local steps",
+    "speedup": "examples/s, most workers / fewest",
+    "busy_cores_most_workers": "cores kept busy, most workers",
+    "straggler_step_share": "straggler's share of local steps",
     "updates_per_slow_step": "Q3: updates per straggler step (predicted staleness)",
-    "straggler_staleness_mean": "Q3: straggler's staleness, measured",
+    "straggler_staleness_mean": "Prediction 2: straggler's staleness, measured",
+    "straggler_staleness_predicted": "Prediction 2: straggler's staleness, predicted",
+    "run_bytes_predicted": "Prediction 1: bytes of the whole run, predicted",
+    "bytes_async_predicted": "Prediction 1: async bytes per global step, predicted",
+    "bytes_async_measured": "Prediction 1: async bytes per global step, measured",
+    "bytes_sync_predicted": "Prediction 1: sync bytes per global step, predicted",
+    "bytes_sync_measured": "Prediction 1: sync bytes per global step, measured",
+    "straggler_step_predicted_s": "Prediction 2: R = N step with the straggler (s), predicted",
+    "straggler_step_measured_s": "Prediction 2: R = N step with the straggler (s), measured",
     "async_time_ratio": "Q2: Table 3 (async) time, largest batch / smallest",
     "sync_time_ratio": "Q2: Table 4 (sync) time, largest batch / smallest",
-    "async_slope": "Q2: Table 3 log-log slope (1/B: -1)",
-    "sync_slope": "Q2: Table 4 log-log slope (flat: 0)",
+    "async_slope": "Q3: Table 3 log-log slope (1/B: -1)",
+    "sync_slope": "Q3: Table 4 log-log slope (flat: 0)",
     "backup_speedup": "Q3: backup workers' speedup",
     "waiting_floor_s": "Q3: waiting floor without backup workers (s)",
     "wall_without_backup_s": "Q3: wall time without backup workers (s)",
-    "sync_train_time_spread_s": "Q5: sync train-time spread (s)",
-    "async_train_time_spread_s": "Q5: async train-time spread (s)",
+    "sync_train_time_spread_s": "sync train-time spread (s)",
+    "async_train_time_spread_s": "async train-time spread (s)",
     "async_most_steps": "Q5: async worker with the most steps",
     "wait_over_reduce": "Q2: negotiation time / all-reduce time",
-    "fp16_byte_ratio": "Q2: fp16 bytes / float32 bytes per step",
-    "hang_still_running": "Q4: workers still running at the deadline (TensorFlow's defaults)",
-    "fixed_finished": "Q4: workers that exited 0 (the course's settings)",
+    "fp16_byte_ratio": "fp16 bytes / float32 bytes per step",
+    "hang_still_running": "workers still running at the deadline (TensorFlow's defaults)",
+    "fixed_finished": "Exercise 3: workers that exited 0 (the student's ending)",
     "async_accuracy": "test accuracy, async run",
     "workers": "workers of the main run",
     "ranks": "ranks",
@@ -68,11 +80,23 @@ NOT_MEASURED = {
 }
 
 
+#: Figures named by a pattern (a method, a bound, a run size in the key): regex -> words
+PATTERNS = {
+    r"(\w+)_byte_cut": "{0} cuts the bytes by (x)",
+    r"(\w+)_time_cut": "{0} cuts the time per step by (x)",
+    r"(none|fp16|onebit|topk)_bytes_(predicted|measured)": "Prediction 1: {0} bytes per rank and step, {1}",
+    r"ssp_wait_(predicted|measured)_(.+)": "Prediction 2: waits with s={1} (s), {0}",
+    r"run_bytes_measured_(\d+)": "Prediction 1: bytes of the whole run, measured, {0} worker(s)",
+    r"step_(ps|allreduce)_(\d+)_(predicted|measured)_s": "Prediction 1: {0} step, {1} worker(s) (s), {2}",
+    r"speedup_(ps|allreduce)_(\d+)_(predicted|measured)": "Prediction 1: {0} speedup, {1} workers, {2}",
+}
+
+
 def _label(key: str) -> str:
-    """The sheet's words for a recorded figure (Lab 6's ``<method>_byte_cut``, ``_time_cut``)."""
-    for suffix, what in (("_byte_cut", "bytes"), ("_time_cut", "time per step")):
-        if key.endswith(suffix):
-            return f"Q1: {key.removesuffix(suffix)} cuts the {what} by (x)"
+    """The sheet's words for a recorded figure."""
+    for pattern, words in PATTERNS.items():
+        if found := re.fullmatch(pattern, key):
+            return words.format(*found.groups())
     return LABELS.get(key, key)
 
 
@@ -144,11 +168,33 @@ def sheet(tiers: dict[str, tuple[str, dict]], note: str | None = None) -> str:
     return "\n".join(out)
 
 
+def _sections(text: str) -> tuple[str, dict[str, str]]:
+    """(what comes before the first ``## `` section, {section name: its text})."""
+    head, *parts = re.split(r"^## ", text, flags=re.M)
+    return head, {part.split("\n", 1)[0].strip(): "## " + part for part in parts}
+
+
+def update(old: str, new: str, note: str | None) -> str:
+    """``old`` with the sections ``new`` measured (its labs) put in their place, in ``old``'s order
+    (a lab ``old`` lacks goes before the unmeasured tiers), and ``note`` after ``old``'s notes."""
+    head, sections = _sections(old)
+    _, fresh = _sections(new)
+    for name, text in fresh.items():
+        if name in NOT_MEASURED:
+            continue
+        sections[name] = text if text.endswith("\n") else text + "\n"
+    order = sorted(sections, key=lambda name: (name in NOT_MEASURED, name))
+    if note:
+        head = head.rstrip("\n") + "\n\n" + note + "\n\n"
+    return head + "".join(sections[name] for name in order).rstrip("\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tier", action="append", required=True, help='"NAME=bench.json", one per tier, in order')
     parser.add_argument("--out", help="write the sheet here (default: standard output)")
     parser.add_argument("--note", help="a paragraph under the tiers: when and how they were measured")
+    parser.add_argument("--update", help="an existing sheet: replace only the sections of the labs measured here")
     args = parser.parse_args(argv)
     tiers = {}
     for spec in args.tier:
@@ -161,6 +207,8 @@ def main(argv=None) -> int:
             print(f"expected_results: {exc}", file=sys.stderr)
             return 2
     text = sheet(tiers, args.note)
+    if args.update:
+        text = update(Path(args.update).read_text(), text, args.note)
     if args.out:
         Path(args.out).write_text(text + "\n")
     else:

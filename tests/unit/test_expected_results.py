@@ -44,11 +44,35 @@ def test_one_column_per_tier_and_every_recorded_figure(tmp_path):
     text = out.read_text()
     assert text.index("## 01_single_node") < text.index("## 02_ps_async") < text.index("## GPU node")
     assert "| figure | Hub pod | Binder |" in text
-    assert "| Q2: examples/s, most workers / fewest | 1.31 | 0.97 |" in text
-    assert "| Q2: cores kept busy, most workers | 1.9 | – |" in text  # not recorded on that tier
+    assert "| examples/s, most workers / fewest | 1.31 | 0.97 |" in text
+    assert "| cores kept busy, most workers | 1.9 | – |" in text  # not recorded on that tier
     assert "| Q2: batch fastest to the target | 30 | – |" in text
     assert "[lab_utils] 4 workers do not fit" in text and "data_source" not in text and "wall_time_s" not in text
-    assert "| Q1: onebit cuts the bytes by (x) | 32 | – |" in text
+    assert "| onebit cuts the bytes by (x) | 32 | – |" in text
+
+
+def test_an_update_replaces_only_the_labs_measured_again(tmp_path):
+    first = _bench(
+        tmp_path / "first.json",
+        {
+            "01_single_node": {"wall_s": 16.0, "recorded": {"fastest_to_target": 30}},
+            "02_ps_async": {"wall_s": 75.2, "recorded": {"speedup": 1.31}},
+        },
+    )
+    sheet = tmp_path / "sheet.md"
+    assert expected_results.main(["--tier", f"pod={first}", "--out", str(sheet), "--note", "First measured."]) == 0
+    again = _bench(
+        tmp_path / "again.json",
+        {"02_ps_async": {"wall_s": 80.0, "recorded": {"run_bytes_predicted": 8.4e6, "run_bytes_measured_2": 9.3e6}}},
+    )
+    args = ["--tier", f"pod={again}", "--update", str(sheet), "--out", str(sheet), "--note", "Lab 2 again."]
+    assert expected_results.main(args) == 0
+    text = sheet.read_text()
+    assert "| Q2: batch fastest to the target | 30 |" in text  # Lab 1 kept
+    assert "examples/s, most workers" not in text  # Lab 2 replaced
+    assert "| Prediction 1: bytes of the whole run, measured, 2 worker(s) | 9,300,000 |" in text
+    assert text.index("First measured.") < text.index("Lab 2 again.") < text.index("## 01_single_node")
+    assert text.index("## 02_ps_async") < text.index("## GPU node") and text.count("## GPU node") == 1
 
 
 def test_a_file_that_is_not_a_bench_output_is_refused(tmp_path, capsys):
