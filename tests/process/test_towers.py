@@ -148,6 +148,48 @@ def test_the_task_refuses_bad_values_before_loading_tensorflow(tmp_path):
     assert out.stdout.strip() == "False"
 
 
+#: more crafted mistakes of Exercises 2 and 3 (issue 51: three of each), one of each per file, so that
+#: one run of the quick check names both: (old, new) edits of the solution, and the words expected
+MORE_MISTAKES = {
+    "first tower only, each replica's own mean": (
+        [
+            ("optimizer.apply_gradients(average_gradients(tower_grads))", "optimizer.apply_gradients(tower_grads[0])"),
+            (
+                "scaled = tf.nn.compute_average_loss(losses, global_batch_size=global_batch_size)",
+                "scaled = tf.reduce_mean(losses)",
+            ),
+        ],
+        ("mean over the towers", "GLOBAL batch"),
+    ),
+    "every tower applied, the replicas' losses averaged": (
+        [
+            (
+                "            tower_grads.append(list(zip(grads, model.trainable_variables)))",
+                "            tower_grads.append(list(zip(grads, model.trainable_variables)))\n"
+                "            optimizer.apply_gradients(tower_grads[-1])",
+            ),
+            ("strategy.reduce(tf.distribute.ReduceOp.SUM,", "strategy.reduce(tf.distribute.ReduceOp.MEAN,"),
+        ],
+        ("towers:", "mirrored:"),
+    ),
+}
+
+
+@pytest.mark.parametrize("mistakes", sorted(MORE_MISTAKES))
+def test_the_quick_check_names_more_mistakes(tmp_path, mistakes):
+    edits, (towers_words, mirrored_words) = MORE_MISTAKES[mistakes]
+    text = SOLUTION.read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, f"the solution no longer holds {old!r}: update the crafted mistake"
+        text = text.replace(old, new)
+    bad = tmp_path / "towers_mistakes.py"
+    bad.write_text(text)
+    problems = towers_runs.check_steps(bad)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("towers:") and towers_words in problems[0], problems
+    assert problems[1].startswith("mirrored:") and mirrored_words in problems[1], problems
+
+
 def test_the_quick_check_passes_the_solution_and_names_each_mistake(tmp_path):
     """Exercises 2 and 3 checked in seconds, before any AlexNet run: the solution passes; a
     towers step that sums the gradients and a mirrored step that scales each replica's loss by
