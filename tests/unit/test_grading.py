@@ -438,3 +438,15 @@ def test_a_writefile_script_is_a_plain_file_name(tmp_path, name):
     nb.cells[0].source = "%%writefile -a train.py\nprint(1)\n"
     nbformat.write(nb, path)
     assert writefile_scripts(path) == {"train.py": "print(1)\n"}
+
+
+def test_check_prediction_passes_within_the_tolerance_and_says_what_is_off():
+    assert grading.check_prediction("x", 100.0, 120.0, tolerance=0.25) == pytest.approx(1.2)
+    with pytest.raises(
+        AssertionError, match=r"x: you predicted 100, your run measured 130 \(1\.30x .*within 25% passes\)\. look"
+    ):
+        grading.check_prediction("x", 100, 130.0, tolerance=0.25, hint="look")
+    with pytest.raises(AssertionError, match="predict a positive number, got 0"):
+        grading.check_prediction("x", 0, 1.0, tolerance=0.25)
+    with pytest.raises(AssertionError, match="predict a positive number, got True"):
+        grading.check_prediction("x", True, 1.0, tolerance=0.25)

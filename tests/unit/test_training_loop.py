@@ -136,3 +136,24 @@ def test_timings_without_training_time_and_missing_marks():
     assert loop.timings(loop.LoopStats(), clock)["examples_per_sec"] is None
     with pytest.raises(KeyError, match="no 'trained' mark yet; marked so far: start"):
         loop.timings(loop.LoopStats(), loop.Clock())
+
+
+def test_a_students_leave_rule_ends_the_loop_and_a_rule_that_never_leaves_fails(events):
+    """Lab 3, Part 5: run_steps stops when ``done`` says so, on the value each step returned; a
+    student's rule is wrapped by leave_when, which wants a bool and ends an endless rule."""
+
+    def step(xb, yb, at):
+        return at.step + 1, 1.0
+
+    late = loop.run_steps(step, _batches(), 3, clock=loop.Clock(), global_step=lambda: 0,
+                          done=loop.leave_when(lambda token, target: token > target, 3, "worker:1"))  # fmt: skip
+    assert (late.step, late.local_steps) == (4, 4)  # one update past the target: what the visible test forbids
+    right = loop.run_steps(step, _batches(), 3, clock=loop.Clock(), global_step=lambda: 0,
+                           done=loop.leave_when(lambda token, target: token >= target, 3, "worker:1"))  # fmt: skip
+    assert right.step == 3
+    with pytest.raises(TypeError, match=r"worker:1: leave_loop\(0, 3\) must return True or False, got 0"):
+        loop.run_steps(step, _batches(), 3, clock=loop.Clock(), global_step=lambda: 0,
+                       done=loop.leave_when(lambda token, target: int(token >= target), 3, "worker:1"))  # fmt: skip
+    with pytest.raises(RuntimeError, match="still False at global step 8, twice the target 3"):
+        loop.run_steps(step, _batches(), 3, clock=loop.Clock(), global_step=lambda: 0,
+                       done=loop.leave_when(lambda token, target: False, 3, "worker:1"))  # fmt: skip
