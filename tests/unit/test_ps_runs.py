@@ -255,3 +255,22 @@ def test_sweep_table_bad_input():
         ps_runs.sweep_table([])
     with pytest.raises(ValueError, match="one run per batch size"):
         ps_runs.sweep_table([_sweep_run(10, [1.0], [0.5]), _sweep_run(10, [1.0], [0.5])])
+
+
+def test_in_a_sync_run_every_worker_waits_out_the_chiefs_evaluations():
+    """R = N: while the chief evaluates, no token is handed out, so the other worker's loop holds the
+    chief's evaluation time too; it is taken out of that worker's train time (issue 52: the sync
+    workers' loops then agree, as Lab 3 says)."""
+    from lab_utils.training.ps.runs import chief_evaluations_out
+
+    chief = {"mode": "sync", "is_chief": True, "train_time": 10.0, "eval_time": 0.5, "examples": 1000}
+    other = {"mode": "sync", "is_chief": False, "train_time": 10.52, "eval_time": 0.0, "examples": 1000}
+    out = chief_evaluations_out({"worker:0": chief, "worker:1": other})
+    assert out["worker:0"] is chief and out["worker:1"]["waited_for_eval"] == 0.5
+    assert abs(out["worker:1"]["train_time"] - 10.02) < 1e-9
+    assert abs(out["worker:1"]["examples_per_sec"] - 1000 / 10.02) < 1e-9
+    assert other["train_time"] == 10.52  # the reported dicts are not changed
+    backup = {**chief, "replicas_to_aggregate": 1}  # R < N: the others go on without the chief
+    assert chief_evaluations_out({"worker:0": backup, "worker:1": other})["worker:1"] is other
+    asynchronous = {**chief, "mode": "async"}
+    assert chief_evaluations_out({"worker:0": asynchronous, "worker:1": other})["worker:1"] is other

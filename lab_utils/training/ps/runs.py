@@ -151,7 +151,8 @@ class PSRun(Run):
                 "examples/s": r["examples_per_sec"],
                 "exec time (s)": r["exec_time"],
                 "train time (s)": r["train_time"],
-                "eval time (s)": r.get("eval_time", 0.0),  # the chief's test evaluations, outside train time
+                # the chief's test evaluations, outside train time (in sync R = N, every worker's: they wait them out)
+                "eval time (s)": r.get("waited_for_eval", r.get("eval_time", 0.0)),
                 "start-up (s)": r["startup_time"],
                 "straggler delay (s/step)": r.get("straggler_delay", 0.0),
             }
@@ -308,6 +309,7 @@ def run_ps(
     results = {task: r for task, r in cluster.results().items() if task.startswith("worker:")}
     hint = "does the script call lab_utils.training.ps.train_worker or report.result?"
     every_task_reported(results, (f"worker:{i}" for i in range(workers)), cluster.run_dir, hint)
+    results = chief_evaluations_out(results)
     events = step_events(cluster)
     name = (
         options.label
@@ -323,6 +325,29 @@ def run_ps(
         monitor=mon,
         run_dir=str(cluster.run_dir),
     )
+
+
+def chief_evaluations_out(results: Mapping[str, dict]) -> dict[str, dict]:
+    """``results`` with, in a synchronous run that waits for every worker (R = N), the chief's
+    evaluation time taken out of every other worker's ``train_time`` too (and its ``examples_per_sec``
+    recomputed): while the chief evaluates it pushes no gradient, so no token is handed out and the
+    others wait, which is the evaluation's cost, not training. Each such worker gets ``waited_for_eval``
+    (s). Async runs, and sync runs with backup workers (R < N, which go on without the chief), are
+    returned as they are: there nobody waits for the chief's evaluations."""
+    chief = next((r for r in results.values() if r.get("is_chief")), None)
+    if chief is None or chief.get("mode") != "sync":
+        return dict(results)
+    if (chief.get("replicas_to_aggregate") or len(results)) < len(results):
+        return dict(results)
+    waited = float(chief.get("eval_time") or 0.0)
+    out = {}
+    for task, r in results.items():
+        if r.get("is_chief") or not waited:
+            out[task] = r
+            continue
+        train = max(float(r["train_time"]) - waited, 1e-9)
+        out[task] = {**r, "train_time": train, "examples_per_sec": r["examples"] / train, "waited_for_eval": waited}
+    return out
 
 
 def compare(runs: Sequence[PSRun]) -> pd.DataFrame:
