@@ -1,6 +1,6 @@
 """Talking to the class's hand-in service (:mod:`lab_utils.hub.service`) from a Hub server.
 
-A student, in the last cell of a lab (save first: the file on disk is what goes)::
+A student, in a cell they add at the end of a lab (save first: the file on disk is what goes)::
 
     from lab_utils.hub import hand_in, feedback
     hand_in()                  # this notebook; prints the receipt (time, late or not)

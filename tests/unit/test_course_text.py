@@ -31,7 +31,7 @@ LABS = sorted(p.name for p in SOURCE.iterdir() if (p / f"{p.name}.ipynb").exists
 
 EXERCISE = re.compile(r"\*\*Exercise (\d+) \((\d+) points?\)")
 GRADED = re.compile(r"\(graded, (\d+) points?\)")
-BY_HAND = re.compile(r"\(graded by hand, (\d+) points? each\)")
+BY_HAND = re.compile(r"\(graded by hand, (\d+) points? each[:)]")
 
 
 def _grading(cell) -> dict:
@@ -262,7 +262,8 @@ def test_a_script_a_lab_writes_is_in_every_ignore_list(lab):
 NETWORK_LABS = ["02_ps_async", "03_ps_sync", "04_allreduce", "06_communication"]
 PREDICTION_POINTS = 4
 GOALS = re.compile(r"\*\*Learning goals\.\*\*(.*?)(?:\n\n|\Z)", re.S)
-HAND_SHARE = re.compile(r"\((\d+) of the lab's (\d+) points\) (?:are|is) graded by hand")
+HAND_SHARE = re.compile(r"(\w+) written answers? \((\d+) of the lab's (\d+) points\) (?:are|is) graded by hand")
+COUNT = {"One": 1, "Two": 2, "Three": 3, "Four": 4, "Five": 5, "Six": 6}
 
 
 def points_by_kind(cells) -> tuple[float, float]:
@@ -325,9 +326,70 @@ def test_the_first_cell_states_the_share_graded_by_hand(lab):
     """The share graded by hand is what the goals need (no ceiling); the first cell says it."""
     cells = nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4).cells
     hand, total = points_by_kind(cells)
-    stated = HAND_SHARE.search(cells[0].source.replace("\n", " "))
-    assert stated, f"{lab}: the first cell does not say how many points are graded by hand"
-    assert (int(stated[1]), int(stated[2])) == (hand, total), f"{lab}: {hand:g} of {total:g} points by hand"
+    answers = sum(1 for c in cells if _grading(c).get("grade") and _grading(c).get("solution"))
+    stated = HAND_SHARE.search(" ".join(cells[0].source.split()))
+    assert stated, (
+        f"{lab}: the first cell does not say how many written answers, of how many points, are graded by hand"
+    )
+    assert COUNT.get(stated[1]) == answers, (
+        f"{lab}: the first cell says {stated[1]} written answers; there are {answers}"
+    )
+    assert (int(stated[2]), int(stated[3])) == (hand, total), f"{lab}: {hand:g} of {total:g} points by hand"
+
+
+QUESTIONS = re.compile(
+    r"^## Questions \(graded by hand, \d+ points? each: ([^;)]*)(?:; autograded: (.*), \d+ points?)?\)$"
+)
+
+
+def question_problems(cells) -> list[str]:
+    """Where the ``## Questions`` header and its questions disagree (empty: they agree): the header
+    names the questions graded by hand and the autograded ones; a question is autograded when its
+    prompt says ``**QN (graded, K points)``, by hand otherwise (``**QN.**``), and each hand-graded
+    question is followed by its answer cell."""
+    at = next(
+        (i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("## Questions")), None
+    )
+    if at is None:
+        return ["no ## Questions section"]
+    header = QUESTIONS.match(cells[at].source.splitlines()[0])
+    if not header:
+        return [f"the header {cells[at].source.splitlines()[0]!r} does not name its questions by grading"]
+    hand, auto = [], []
+    for cell in cells[at:]:
+        if cell.cell_type == "markdown" and not _grading(cell).get("solution"):
+            for m in re.finditer(r"^\*\*Q(\d+)(\.\*\*| \(graded, )", cell.source, re.M):
+                (auto if m[2].startswith(" (graded") else hand).append(f"Q{m[1]}")
+    named = {"by hand": re.findall(r"Q\d+", header[1]), "autograded": re.findall(r"Q\d+", header[2] or "")}
+    problems = [
+        f"the header says {named[k]} {k}, the questions are {v}"
+        for k, v in (("by hand", hand), ("autograded", auto))
+        if named[k] != v
+    ]
+    answers = sum(1 for c in cells[at:] if _grading(c).get("grade") and _grading(c).get("solution"))
+    if answers != len(hand):
+        problems.append(f"{len(hand)} questions are graded by hand, {answers} answer cells follow")
+    return problems
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_questions_header_says_which_are_graded_by_hand(lab):
+    cells = nbformat.read(SOURCE / lab / f"{lab}.ipynb", as_version=4).cells
+    assert question_problems(cells) == []
+
+
+def test_the_questions_check_finds_a_header_that_lumps_them_together():
+    answer = _test(2, "q1", solution=True, markdown=True)
+    old = [_md("## Questions (graded by hand, 2 points each)\n\nQ2 is autograded."), _md("**Q1.** why?"), answer]
+    assert question_problems(old)[0].startswith("the header")
+    new = [
+        _md("## Questions (graded by hand, 2 points each: Q1; autograded: Q2, 1 point)"),
+        _md("**Q1.** why?"),
+        answer,
+    ]
+    new.append(_md("**Q2 (graded, 1 point): read it.**"))
+    assert question_problems(new) == []
+    assert question_problems([new[0], new[1], answer]) == ["the header says ['Q2'] autograded, the questions are []"]
 
 
 def prediction_points(cells) -> tuple[float, list[str]]:
