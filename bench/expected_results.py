@@ -7,6 +7,13 @@
 ``--update SHEET``: only the labs the tier files hold are measured again; their sections replace
 the sheet's, the other labs' stay as they were, and ``--note`` is added under the earlier notes.
 
+**Claims.** Every quantitative or comparative sentence of the labs that a run can confirm is a claim in
+``grading/claims.yml`` (``--claims``): the cell it is in (its id, and an anchor phrase of its text), and
+a predicate over the figures that lab records (``holds``), with ``when``, the tiers it is made for
+(``cpus``, ``memory_mb``, ``params`` "full" or "ci", ``data``, and the figures, such as
+``data_source``). Each lab's section lists its claims with a verdict per tier, and the exit status is 1
+when any claim fails on a tier it is made for (the sheet is written all the same, to show which).
+
 Each ``FILE.json`` is the output of ``bench/bench_lab_memory.py --full`` (a student's full run of
 every lab under that tier's limits). Its ``recorded`` figures are what the notebooks pass to
 :func:`lab_utils.notebook.record`: each lab's headline figures and the readings its autograded
@@ -18,10 +25,17 @@ course machine has none) are described in :data:`NOT_MEASURED` and not given fig
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CLAIMS = ROOT / "grading" / "claims.yml"
 
 #: What a figure means, for the sheet's first column (a figure not listed here is shown by its key).
 LABELS = {
@@ -30,6 +44,11 @@ LABELS = {
     "fastest_to_target": "Q2: batch fastest to the target",
     "highest_throughput_batch": "batch with the highest examples/s",
     "throughput_growth": "Q1: examples/s at the largest batch / at the smallest",
+    "highest_throughput_reached": "the batch with the highest examples/s reached the target",
+    "highest_throughput_slowdown": "its time to the target / the fastest batch's",
+    "sync_train_time_s": "sync train time, longest worker (s)",
+    "async_chief_eval_share": "async chief's evaluations / its loop",
+    "async_most_steps": "async worker with the most local steps",
     "speedup": "examples/s, most workers / fewest",
     "busy_cores_most_workers": "cores kept busy, most workers",
     "straggler_step_share": "straggler's share of local steps",
@@ -103,6 +122,136 @@ def _fmt(value) -> str:
     return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
+# ----------------------------------------------------------------------------- claims
+
+
+class Claim(NamedTuple):
+    """One sentence of a lab's text that a run can confirm (an entry of ``grading/claims.yml``)."""
+
+    lab: str
+    claim: str  # what the text says, in a few words
+    cell: str  # the notebook cell's id
+    anchor: str  # a phrase of that cell's text that locates the sentence
+    holds: str  # a predicate over the lab's recorded figures
+    when: str | None = None  # the tiers the text makes it for (None: every tier)
+
+
+#: What a claim's expressions may use: figures, numbers and strings, arithmetic, comparisons,
+#: and/or/not, and these functions
+_FUNCTIONS = {"abs": abs, "min": min, "max": max, "round": round, "len": len}
+_ALLOWED = (
+    ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.BinOp,
+    ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.Compare, ast.Eq, ast.NotEq,
+    ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Is, ast.IsNot, ast.Name, ast.Load,
+    ast.Constant, ast.Call, ast.Tuple, ast.List, ast.IfExp,
+)  # fmt: skip
+
+
+def expression_names(text: str) -> set[str]:
+    """The figures an expression reads; ``ValueError`` for anything but a plain expression."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not an expression: {text!r} ({exc.msg})") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED):
+            raise ValueError(f"{text!r}: {type(node).__name__} is not allowed in a claim")
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS):
+            raise ValueError(f"{text!r}: only {', '.join(_FUNCTIONS)} may be called")
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called
+
+
+def load_claims(path: Path | str = CLAIMS) -> list[Claim]:
+    """Every claim of ``path`` (``{lab: [{claim, cell, anchor, holds, when?}, ...]}``), checked."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    out = []
+    for lab, entries in data.items():
+        for i, entry in enumerate(entries or []):
+            where = f"{path}: {lab}, claim {i + 1}"
+            missing = {"claim", "cell", "anchor", "holds"} - set(entry)
+            unknown = set(entry) - {"claim", "cell", "anchor", "holds", "when"}
+            if missing or unknown:
+                raise ValueError(f"{where}: missing {sorted(missing)}, unknown {sorted(unknown)}")
+            claim = Claim(lab, *(str(entry[k]) for k in ("claim", "cell", "anchor", "holds")), entry.get("when"))
+            for text in filter(None, (claim.holds, claim.when)):
+                try:
+                    expression_names(text)
+                except ValueError as exc:
+                    raise ValueError(f"{where}: {exc}") from None
+            out.append(claim)
+    return out
+
+
+def tier_facts(entry: dict) -> dict:
+    """What a claim's expressions can read of one lab's run on one tier: its recorded figures (``∞``
+    in a name read as ``inf``), and the tier's ``cpus``, ``memory_mb``, ``params``, ``data`` and
+    ``wall_s``."""
+    limits = entry.get("limits") or {}
+    recorded = {key.replace("∞", "inf"): value for key, value in (entry.get("recorded") or {}).items()}
+    return {
+        "cpus": limits.get("cpus"),
+        "memory_mb": limits.get("memory_mb"),
+        "params": entry.get("params"),
+        "data": entry.get("data"),
+        "wall_s": entry.get("wall_s"),
+        **recorded,
+    }
+
+
+def verdict(claim: Claim, entry: dict | None) -> tuple[str, bool]:
+    """``(words, failed)``: "holds", "FAILS (figures)", "not claimed here" (``when`` is false),
+    "no figure X" (a failure: the lab no longer records what its text claims), or "–" (not run)."""
+    if not entry:
+        return "–", False
+    facts = tier_facts(entry)
+
+    def run(text: str):
+        names = expression_names(text)
+        absent = sorted(n for n in names if n not in facts)
+        if absent:
+            return None, absent
+        try:  # a figure recorded as None (not a number: nothing reached) may be skipped by and/or
+            return eval(compile(text, "<claim>", "eval"), {"__builtins__": {}, **_FUNCTIONS}, facts), []  # noqa: S307
+        except TypeError:
+            return None, sorted(n for n in names if facts[n] is None) or sorted(names)
+
+    if claim.when:
+        applies, absent = run(claim.when)
+        if absent:
+            return f"**no figure** {', '.join(absent)}", True
+        if not applies:
+            return "not claimed here", False
+    result, absent = run(claim.holds)
+    if absent:
+        return f"**no figure** {', '.join(absent)}", True
+    if result:
+        return "holds", False
+    shown = ", ".join(f"{n} = {_fmt(facts[n])}" for n in sorted(expression_names(claim.holds)))
+    return f"**FAILS** ({shown})", True
+
+
+def claims_table(claims: list[Claim], names: list[str], entries: list[dict | None]) -> tuple[list[str], int]:
+    """The markdown lines of one lab's claims (a column per tier) and how many verdicts failed."""
+    if not claims:
+        return [], 0
+    lines = [
+        "Claims of the lab's text (`grading/claims.yml`), on each tier:",
+        "",
+        "| claim | cell | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    failed = 0
+    for claim in claims:
+        cells = []
+        for entry in entries:
+            words, bad = verdict(claim, entry)
+            failed += bad
+            cells.append(words)
+        lines.append(f"| {claim.claim} | `{claim.cell}` | " + " | ".join(cells) + " |")
+    return lines + [""], failed
+
+
 def load_tier(path: Path) -> dict:
     """``{lab: {"recorded": {...}, "wall_s": ..., "scaled_down": [...]}}`` of one bench file."""
     data = json.loads(path.read_text())
@@ -112,9 +261,10 @@ def load_tier(path: Path) -> dict:
     return labs
 
 
-def sheet(tiers: dict[str, tuple[str, dict]], note: str | None = None) -> str:
-    """The markdown sheet: one table per lab, a column per measured tier. ``tiers``: name ->
-    (where its figures come from, :func:`load_tier`'s labs)."""
+def sheet(tiers: dict[str, tuple[str, dict]], note: str | None = None, claims: list[Claim] = ()) -> str:
+    """The markdown sheet: one table per lab, a column per measured tier, and below it the lab's
+    ``claims`` with their verdicts. ``tiers``: name -> (where its figures come from,
+    :func:`load_tier`'s labs)."""
     names = list(tiers)
     labs = sorted({lab for _, t in tiers.values() for lab in t})
     out = [
@@ -156,9 +306,22 @@ def sheet(tiers: dict[str, tuple[str, dict]], note: str | None = None) -> str:
         out += [f"## {lab}", "", "| figure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         out += [f"| {label} | " + " | ".join(values) + " |" for label, values in rows.items()]
         out.append("")
+        mine = [c for c in claims if c.lab == lab]
+        out += claims_table(mine, names, [tiers[name][1].get(lab) for name in names])[0]
     for name, text in NOT_MEASURED.items():
         out += [f"## {name}", "", text, ""]
     return "\n".join(out)
+
+
+def failures(tiers: dict[str, tuple[str, dict]], claims: list[Claim]) -> list[str]:
+    """One line per claim that fails on a tier it is made for (of the labs the tiers ran)."""
+    out = []
+    for claim in claims:
+        for name, (_, labs) in tiers.items():
+            words, bad = verdict(claim, labs.get(claim.lab))
+            if bad:
+                out.append(f"{claim.lab}, cell {claim.cell}: {claim.claim!r} on {name}: {words}")
+    return out
 
 
 def _sections(text: str) -> tuple[str, dict[str, str]]:
@@ -188,7 +351,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="write the sheet here (default: standard output)")
     parser.add_argument("--note", help="a paragraph under the tiers: when and how they were measured")
     parser.add_argument("--update", help="an existing sheet: replace only the sections of the labs measured here")
+    parser.add_argument("--claims", default=str(CLAIMS), help="the labs' claims (default: grading/claims.yml)")
     args = parser.parse_args(argv)
+    try:
+        claims = load_claims(args.claims)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"expected_results: {exc}", file=sys.stderr)
+        return 2
     tiers = {}
     for spec in args.tier:
         name, sep, path = spec.partition("=")
@@ -199,14 +368,17 @@ def main(argv=None) -> int:
         except (OSError, ValueError) as exc:
             print(f"expected_results: {exc}", file=sys.stderr)
             return 2
-    text = sheet(tiers, args.note)
+    text = sheet(tiers, args.note, claims)
     if args.update:
         text = update(Path(args.update).read_text(), text, args.note)
     if args.out:
         Path(args.out).write_text(text + "\n")
     else:
         print(text)
-    return 0
+    failed = failures(tiers, claims)
+    for line in failed:
+        print(f"expected_results: a claim of the text fails: {line}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

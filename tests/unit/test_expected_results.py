@@ -20,6 +20,12 @@ def _bench(path: Path, labs: dict) -> Path:
     return path
 
 
+def _no_claims(tmp_path: Path) -> list[str]:
+    """The sheet's figures alone (the labs' claims are tests/unit/test_claims.py's)."""
+    (tmp_path / "none.yml").write_text("{}\n")
+    return ["--claims", str(tmp_path / "none.yml")]
+
+
 def test_one_column_per_tier_and_every_recorded_figure(tmp_path):
     pod = _bench(
         tmp_path / "pod.json",
@@ -40,7 +46,8 @@ def test_one_column_per_tier_and_every_recorded_figure(tmp_path):
         },
     )
     out = tmp_path / "sheet.md"
-    assert expected_results.main(["--tier", f"Hub pod={pod}", "--tier", f"Binder={binder}", "--out", str(out)]) == 0
+    args = ["--tier", f"Hub pod={pod}", "--tier", f"Binder={binder}", "--out", str(out), *_no_claims(tmp_path)]
+    assert expected_results.main(args) == 0
     text = out.read_text()
     assert text.index("## 01_single_node") < text.index("## 02_ps_async") < text.index("## GPU node")
     assert "| figure | Hub pod | Binder |" in text
@@ -60,12 +67,14 @@ def test_an_update_replaces_only_the_labs_measured_again(tmp_path):
         },
     )
     sheet = tmp_path / "sheet.md"
-    assert expected_results.main(["--tier", f"pod={first}", "--out", str(sheet), "--note", "First measured."]) == 0
+    args = ["--tier", f"pod={first}", "--out", str(sheet), "--note", "First measured.", *_no_claims(tmp_path)]
+    assert expected_results.main(args) == 0
     again = _bench(
         tmp_path / "again.json",
         {"02_ps_async": {"wall_s": 80.0, "recorded": {"run_bytes_predicted": 8.4e6, "run_bytes_measured_2": 9.3e6}}},
     )
     args = ["--tier", f"pod={again}", "--update", str(sheet), "--out", str(sheet), "--note", "Lab 2 again."]
+    args += _no_claims(tmp_path)
     assert expected_results.main(args) == 0
     text = sheet.read_text()
     assert "| Q2: batch fastest to the target | 30 |" in text  # Lab 1 kept

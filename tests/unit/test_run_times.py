@@ -1,0 +1,62 @@
+"""bench/run_times.py: one source for how long each lab runs and what it takes on each tier
+(grading/run_times.json), and the tables in labs/README.md and deploy/README.md rendered from it,
+so the course map and the sizing table cannot disagree (issue 52)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("run_times", ROOT / "bench" / "run_times.py")
+run_times = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(run_times)
+
+
+def test_the_readmes_quote_the_run_time_data_as_it_is():
+    assert run_times.main(["render", "--check"]) == 0, "python bench/run_times.py render"
+    data = json.loads(run_times.DATA.read_text())
+    labs = sorted(p.name for p in (ROOT / "grading" / "source").iterdir() if p.is_dir())
+    assert sorted(data["labs"]) == labs and all({"pod", "binder"} <= set(row) for row in data["labs"].values())
+
+
+def test_a_bench_run_updates_its_tier_and_the_tables_follow(tmp_path):
+    data = {"labs": {"01_single_node": {"largest_cluster": "none", "pod": {"wall_s": 12.0, "measured": "2026-01-01"}}}}
+    bench = {
+        "labs": {
+            "01_single_node": {"params": "full", "exit": 0, "wall_s": 95.0, "peak_mb": 600, "limits": {"cpus": 1}},
+            "03_ps_sync": {"params": "full", "exit": 0, "wall_s": 240.0, "peak_mb": 1400, "limits": {"cpus": 2.0}},
+        }
+    }
+    new = run_times.update(data, bench, today="2026-11-29")
+    assert new["labs"]["01_single_node"]["pod"]["wall_s"] == 12.0  # another tier's run leaves it
+    assert new["labs"]["01_single_node"]["binder"] == {
+        "wall_s": 95.0,
+        "peak_mb": 600,
+        "measured": "2026-11-29",
+        "scaled_down": False,
+    }
+    table = run_times.students_table(new)
+    assert "| 1 | 12 s | 1.6 min |" in table and "| 3 | 4.0 min | – |" in table
+    text = "before\n<!-- run-times: generated from the course's run-time data; edit that, not this -->\nold\n<!-- /run-times -->\nafter"
+    out = run_times.render(new, text, "run-times")
+    assert out.startswith("before\n") and out.endswith("\n<!-- /run-times -->\nafter") and "old" not in out
+    assert run_times.render(new, out, "run-times") == out
+    with pytest.raises(ValueError, match="no <!-- run-times"):
+        run_times.render(new, "no block here", "run-times")
+
+
+@pytest.mark.parametrize(
+    "entry, why",
+    [
+        ({"params": "ci", "exit": 0, "wall_s": 9.0, "limits": {"cpus": 2}}, "CI parameters"),
+        ({"params": "full", "exit": 1, "wall_s": 9.0, "limits": {"cpus": 2}}, "the run failed"),
+        ({"params": "full", "exit": 0, "wall_s": 9.0}, "without limits.cpus"),
+    ],
+)
+def test_only_a_finished_full_run_is_a_labs_time(entry, why):
+    with pytest.raises(ValueError, match=why):
+        run_times.update({"labs": {}}, {"labs": {"02_ps_async": entry}})
