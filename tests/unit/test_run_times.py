@@ -60,3 +60,16 @@ def test_a_bench_run_updates_its_tier_and_the_tables_follow(tmp_path):
 def test_only_a_finished_full_run_is_a_labs_time(entry, why):
     with pytest.raises(ValueError, match=why):
         run_times.update({"labs": {}}, {"labs": {"02_ps_async": entry}})
+
+
+def test_the_target_margin_of_a_spread_of_accuracies():
+    """bench/bench_target_margin.py's arithmetic: the margin in standard deviations, the chance a
+    run misses the target, and the target an honest run misses one time in 1,000."""
+    spec = importlib.util.spec_from_file_location("margin", ROOT / "bench" / "bench_target_margin.py")
+    margin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(margin)
+    s = margin.summary([0.88, 0.86, 0.84, 0.87, 0.85], target=0.85)
+    assert s["mean"] == 0.86 and abs(s["sd"] - 0.0158) < 1e-4 and s["missed"] == 1
+    assert abs(s["margin_sd"] - 0.63) < 0.01 and 0.2 < s["miss_chance"] < 0.3
+    assert abs(s["target_missed_1_in_1000"] - (0.86 - 3.09 * 0.0158)) < 1e-3
+    assert margin.summary([0.9, 0.9], target=0.85)["miss_chance"] == 0.0
