@@ -95,6 +95,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--busy", type=int, default=0, help="busy loops beside the runs")
     parser.add_argument("--workers", help="comma-separated cluster sizes (default: the notebook's)")
+    parser.add_argument("--set", action="append", default=[], metavar="ARG=VALUE", help="a script argument to change")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     try:
@@ -111,6 +112,11 @@ def main(argv=None) -> int:
     dataset = data.load_mnist(offline=source == "offline" or None, verbose=False)
     target = data.target_accuracy(dataset)
     run_args = {**COMMON, **run_args}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set takes ARG=VALUE, got {item!r}")
+        run_args[key] = float(value) if "." in value else int(value)
     if script.endswith("train_sync.py"):  # the sync run counts global steps, not epochs
         epochs = run_args.pop("epochs")
         run_args["steps"] = epochs * math.ceil(len(dataset.x_train) / run_args["batch_size"])
@@ -125,16 +131,18 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     with BusyLoops(args.busy):
         for n in sizes:
-            accuracies = []
+            accuracies, settled = [], []
             for seed in range(args.seeds):
                 run = ps_runs.run_ps(
                     str(script_path), workers=n, args={**run_args, "seed": seed}, monitor=False, progress=False
                 )
                 accuracies.append(run.accuracy)
+                # the mean of the last three evaluations: what the run converged to, not its last step
+                settled.append(float(run.accuracy_curve()["accuracy"].tail(3).mean()))
                 print(
                     f"lab {args.lab} {args.params}, {n} worker(s), seed {seed}: accuracy {run.accuracy:.4f}", flush=True
                 )
-            out["sizes"][str(n)] = summary(accuracies, target)
+            out["sizes"][str(n)] = {**summary(accuracies, target), "last_3_evaluations": summary(settled, target)}
     out["wall_s"] = round(time.monotonic() - t0, 1)
     text = json.dumps(out, indent=2)
     print(text)
