@@ -234,25 +234,20 @@ def verdict(claim: Claim, entry: dict | None) -> tuple[str, bool]:
     return f"**FAILS** ({shown})", True
 
 
-def claims_table(claims: list[Claim], names: list[str], entries: list[dict | None]) -> tuple[list[str], int]:
-    """The markdown lines of one lab's claims (a column per tier) and how many verdicts failed."""
+def claims_table(claims: list[Claim], names: list[str], entries: list[dict | None]) -> list[str]:
+    """The markdown lines of one lab's claims, a column per tier (:func:`failures` lists the failures)."""
     if not claims:
-        return [], 0
+        return []
     lines = [
         "Claims of the lab's text (`grading/claims.yml`), on each tier:",
         "",
         "| claim | cell | " + " | ".join(names) + " |",
         "|---|---|" + "---|" * len(names),
     ]
-    failed = 0
     for claim in claims:
-        cells = []
-        for entry in entries:
-            words, bad = verdict(claim, entry)
-            failed += bad
-            cells.append(words)
+        cells = [verdict(claim, entry)[0] for entry in entries]
         lines.append(f"| {claim.claim} | `{claim.cell}` | " + " | ".join(cells) + " |")
-    return lines + [""], failed
+    return lines + [""]
 
 
 def load_tier(path: Path) -> dict:
@@ -310,7 +305,7 @@ def sheet(tiers: dict[str, tuple[str, dict]], note: str | None = None, claims: l
         out += [f"| {label} | " + " | ".join(values) + " |" for label, values in rows.items()]
         out.append("")
         mine = [c for c in claims if c.lab == lab]
-        out += claims_table(mine, names, [tiers[name][1].get(lab) for name in names])[0]
+        out += claims_table(mine, names, [tiers[name][1].get(lab) for name in names])
     for name, text in NOT_MEASURED.items():
         out += [f"## {name}", "", text, ""]
     return "\n".join(out)
