@@ -7,8 +7,9 @@
 # /etc/labs/class.env, which this file reads ($LABS_CLASS_DIR: another folder). Each value below
 # comes from the Hub's environment first, then class.env, then the default:
 #   LABS_HANDIN_STORE   where hand-ins and feedback are kept (made mode 700)             /srv/handin
-#   LABS_DUE_FILE       the class's due file (lab: due time, a line each; read again when it changes,
-#                       and by the grader: due_file in grading/settings.yml). Without one:
+#   LABS_DUE_FILE       the term's schedule (the setup's copy of grading/course.yml; or a due file, lab:
+#                       due time a line each): the labs open for hand-in and their due times, read again
+#                       when it changes, and by the grader (due_file in grading/settings.yml). Without one:
 #   LABS_HANDIN_LABS    the labs open for hand-in, NAME or NAME=DUE (ISO 8601 with a zone), spaces between
 #   LABS_INSTRUCTORS    the instructors' user names, commas between (the roster's instructors and TAs)
 #   LABS_HUB_URL        this Hub's address as the students' servers reach it          http://127.0.0.1:8000

@@ -1,4 +1,4 @@
-"""``python -m lab_utils.grading release|check-release|autograde|export|feedback|student-repo`` (the make targets)."""
+"""``python -m lab_utils.grading release|check-release|autograde|export|feedback|student-repo|schedule`` (the make targets)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,37 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("dest")
     p.add_argument("--message", default=None, help="the commit message (default: names this repository's commit)")
+    p = sub.add_parser(
+        "schedule",
+        help="print the term's schedule (grading/course.yml, or the class's copy settings.yml's due_file names); "
+        "--render writes it into the course map (labs/README.md)",
+    )
+    p.add_argument("--variant", default=None, help="another of the schedule's variants (default: the one it picks)")
+    p.add_argument("--render", action="store_true", help="write the table into labs/README.md")
+    p.add_argument("--check", action="store_true", help="exit 1 when labs/README.md's table is not current")
     return parser
+
+
+def _schedule(args, root: Path, labs_dir: Path) -> int:
+    from lab_utils.grading import schedule
+
+    path = schedule.course_schedule(root)
+    term = schedule.load(path, args.variant)
+    readme = labs_dir / "README.md"
+    if args.render or args.check:
+        text = readme.read_text()
+        new = schedule.render(text, term)
+        if args.check:
+            if new != text:
+                print(f"{readme}: its schedule is not {path}'s: python -m lab_utils.grading schedule --render")
+                return 1
+            print(f"{readme}: its schedule is {path}'s ({term.variant})")
+            return 0
+        readme.write_text(new)
+        print(f"wrote the schedule of {path} ({term.variant}) into {readme}")
+        return 0
+    print(f"{path}, variant {term.variant} (of {', '.join(term.variants)}):\n\n{schedule.table(term)}")
+    return 0
 
 
 def _check_release(labs, root: Path, labs_dir: Path) -> int:
@@ -188,6 +218,8 @@ def main(argv=None) -> int:
         elif args.command == "feedback":
             for path in course.feedback(labs, root):
                 print(f"feedback {path}")
+        elif args.command == "schedule":
+            return _schedule(args, root, labs_dir)
         elif args.command == "student-repo":
             print(student_repo.write(args.dest, root.resolve().parent, message=args.message))
     except (RuntimeError, ValueError, LookupError, FileNotFoundError) as exc:

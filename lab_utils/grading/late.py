@@ -49,7 +49,8 @@ def parse_due(value) -> datetime | None:
 
 class DueFile:
     """The class's due times from one YAML file, read by the hand-in service (the receipt's
-    LATE) and the grader (the grades' late flag and the LMS's Late column) alike::
+    LATE) and the grader (the grades' late flag and the LMS's Late column) alike: the term's
+    schedule (``grading/course.yml``, :mod:`lab_utils.grading.schedule`), or a due file::
 
         01_single_node: 2026-12-04T23:59:00+01:00
         02_ps_async: 2026-12-11T23:59:00+01:00
@@ -75,6 +76,10 @@ class DueFile:
             raise ValueError(f"{self.path}: {exc}") from None
         if raw is None:
             raw = {}
+        from lab_utils.grading import schedule
+
+        if schedule.is_schedule(raw):  # the term's schedule: its labs (in the variant it picks) and their due times
+            return schedule.parse(raw, self.path).due()
         if not isinstance(raw, dict):
             raise ValueError(f"{self.path}: expected `lab: due time` lines, got {type(raw).__name__}")
         due = {}

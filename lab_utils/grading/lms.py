@@ -19,17 +19,25 @@ late hand-ins.
 Scores are the Gradebook's (autograded plus hand-graded); a lab not handed in is empty, not 0,
 so the LMS's own missing-work policy applies. Late comes from the grading results' ``late``
 flags (:mod:`lab_utils.grading.late`).
+
+With the term's schedule (:mod:`lab_utils.grading.schedule`, what ``export --lms`` passes), the
+assignment columns are the term's labs, in its order (a lab its variant leaves out has none), each
+named with its due date (``02_ps_async (due 2027-02-19)``; Moodle's also with its points), and a
+hand-in is late when it arrived after the schedule's due time: an extension typed into the
+schedule after grading is the export's too.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 from lab_utils.grading import results
 from lab_utils.grading.layout import GRADING_ROOT
 from lab_utils.grading.nbapi import gradebook_rows
+from lab_utils.grading.schedule import Schedule
 
 __all__ = ["LMS", "rows", "export"]
 
@@ -48,31 +56,64 @@ def _score(value) -> str:
     return "" if value in ("", None) else f"{float(value):g}"
 
 
-def rows(lms: str, gradebook: list[dict], root: Path) -> list[list[str]]:
-    """The CSV's rows (header first) for ``lms`` from :func:`lab_utils.grading.nbapi.gradebook_rows`."""
+def _arrived_late(row: dict, due: datetime | None) -> bool | None:
+    """Whether the hand-in of ``row`` arrived after ``due``; None when either is unknown."""
+    arrived = row.get("timestamp")
+    if due is None or not isinstance(arrived, datetime):
+        return None
+    return (arrived if arrived.tzinfo else arrived.replace(tzinfo=UTC)) > due
+
+
+def rows(lms: str, gradebook: list[dict], root: Path, schedule: Schedule | None = None) -> list[list[str]]:
+    """The CSV's rows (header first) for ``lms`` from :func:`lab_utils.grading.nbapi.gradebook_rows`;
+    with ``schedule``, its labs and due times (the module's docstring)."""
     if lms not in LMS:
         raise ValueError(f"lms must be one of {LMS}, got {lms!r}")
     labs = sorted({r["lab"] for r in gradebook})
+    due: dict = {}
+    if schedule is not None:
+        due = schedule.due()
+        labs = [lab for lab in schedule.labs if lab in labs]
     possible = {r["lab"]: r["max_score"] for r in gradebook}
     students = sorted({r["student_id"] for r in gradebook})
-    score = {(r["student_id"], r["lab"]): r["score"] for r in gradebook if r["status"] == "submitted"}
-    late = {s: [lab for lab in labs if (s, lab) in score and _late(root, s, lab)] for s in students}
+    handed = {(r["student_id"], r["lab"]): r for r in gradebook if r["status"] == "submitted"}
+    score = {key: r["score"] for key, r in handed.items()}
+
+    def late(s: str, lab: str) -> bool:
+        by_schedule = _arrived_late(handed[(s, lab)], due.get(lab))
+        return _late(root, s, lab) if by_schedule is None else by_schedule
+
+    late_labs = {s: [lab for lab in labs if (s, lab) in score and late(s, lab)] for s in students}
+
+    def name(lab: str, points: bool) -> str:
+        parts = [f"max {_score(possible[lab])}"] * points
+        if due.get(lab) is not None:
+            parts.append(f"due {due[lab]:%Y-%m-%d}")
+        return f"{lab} ({', '.join(parts)})" if parts else lab
+
     if lms == "canvas":
-        out = [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *labs, "Late"]]
+        out = [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *(name(lab, False) for lab in labs), "Late"]]
         out.append(["Points Possible", "", "", "", "", *(_score(possible[lab]) for lab in labs), ""])
         out += [
-            ["", "", "", s, "", *(_score(score.get((s, lab))) for lab in labs), " ".join(late[s])] for s in students
+            ["", "", "", s, "", *(_score(score.get((s, lab))) for lab in labs), " ".join(late_labs[s])]
+            for s in students
         ]
         return out
-    out = [["username", *(f"{lab} (max {_score(possible[lab])})" for lab in labs), "late"]]
-    out += [[s, *(_score(score.get((s, lab))) for lab in labs), " ".join(late[s])] for s in students]
+    out = [["username", *(name(lab, True) for lab in labs), "late"]]
+    out += [[s, *(_score(score.get((s, lab))) for lab in labs), " ".join(late_labs[s])] for s in students]
     return out
 
 
-def export(csv_path: Path | str, lms: str, root: Path | str = GRADING_ROOT) -> Path:
-    """Write the ``lms`` gradebook CSV of the course at ``root`` to ``csv_path``."""
+def export(csv_path: Path | str, lms: str, root: Path | str = GRADING_ROOT, schedule: Schedule | None = None) -> Path:
+    """Write the ``lms`` gradebook CSV of the course at ``root`` to ``csv_path``, with the term's
+    ``schedule`` (default: the course's, :func:`lab_utils.grading.schedule.course_schedule`, when it has one)."""
     root = Path(root).resolve()
-    table = rows(lms, gradebook_rows(root), root)
+    if schedule is None:
+        from lab_utils.grading import schedule as schedules
+
+        path = schedules.course_schedule(root)
+        schedule = schedules.load(path) if path.is_file() else None
+    table = rows(lms, gradebook_rows(root), root, schedule)
     path = Path(csv_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:

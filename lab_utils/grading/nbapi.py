@@ -98,6 +98,7 @@ def gradebook_rows(root: Path | str = GRADING_ROOT) -> list[dict]:
                         "code_plus_written_score": sub.code_score + sub.written_score,
                         "needs_manual_grade": sub.needs_manual_grade,
                         "status": "submitted",
+                        "timestamp": sub.timestamp,  # when it was handed in (nbgrader's: naive UTC)
                     }
                 )
     return rows

@@ -335,6 +335,9 @@ def _write(path: Path, text: str, mode: int, gid: int | None = None, keep: bool 
 
 
 def _due_file(repo: Path) -> str:
+    schedule = repo / "grading" / "course.yml"
+    if schedule.is_file() and not schedule.is_symlink():  # the term's schedule: the class's copy of it
+        return schedule.read_text()
     labs = sorted(p.name for p in (repo / "grading" / "source").iterdir() if p.is_dir())
     lines = [
         "# One due time per lab (ISO 8601 with a zone, or null: open without one). The hand-in service",
@@ -346,8 +349,10 @@ def _due_file(repo: Path) -> str:
 
 
 def _link_due_file(settings: Path, due: Path) -> None:
-    """``due_file:`` added to the course's settings (the instructors' group's file: opened
-    without following a link, and only appended to)."""
+    """``due_file:`` in the course's settings set to the class's file (the instructors' group's
+    file: opened without following a link; a ``due_file:`` that names another file, such as the
+    repository's ``course.yml``, is changed to name the class's copy, which the hand-in service
+    reads too)."""
     try:
         fd = os.open(
             settings, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o660
@@ -357,7 +362,20 @@ def _link_due_file(settings: Path, due: Path) -> None:
     with os.fdopen(fd, "r+") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise RuntimeError(f"{settings} is not a plain file")
-        if re.search(r"^due_file:", f.read(), re.M):
+        text = f.read()
+        line = re.search(r"^due_file:(.*)$", text, re.M)
+        if line and line.group(1).split("#")[0].strip() == str(due):
+            return
+        if line:  # one place for the due times: the class's file
+            text = (
+                text[: line.start()]
+                + f"due_file: {due}  # the class's copy (python -m lab_utils.hub setup)"
+                + text[line.end() :]
+            )
+            f.seek(0)
+            f.truncate()
+            f.write(text)
+            _say(f"{settings}: due_file: {due}")
             return
         f.write(
             f"\n# the class's due file, read by the hand-in service too (python -m lab_utils.hub setup)\ndue_file: {due}\n"
@@ -464,7 +482,7 @@ def setup(
     _student_repo(student_repo, repo, gid, gitconfig)
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)
-    due = folder / "due.yml"
+    due = folder / ("course.yml" if (repo / "grading" / "course.yml").is_file() else "due.yml")
     _write(due, _due_file(repo), 0o664, gid, keep=True)
     _link_due_file(repo / "grading" / "settings.yml", due)
     lay_out(repo, gid, python)  # after what it writes into the repository

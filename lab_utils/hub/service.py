@@ -361,7 +361,7 @@ def make_app(
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m lab_utils.hub.service", description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", required=True, help="folder of hand-ins and feedback (made mode 700)")
     ap.add_argument("--lab", action="append", default=[], help="a lab open for hand-in: NAME or NAME=DUE (ISO 8601)")
@@ -379,18 +379,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quota-mb", type=float, default=200, help="MB each student's kept hand-ins may hold (200)")
     ap.add_argument("--min-free-mb", type=float, default=256, help="MB of disk no hand-in may take (256)")
     ap.add_argument("--rate", type=int, default=RATE, help=f"hand-ins a student may send a minute ({RATE})")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def make_store(args: argparse.Namespace) -> Store:
+    """The store the service's command line describes (ValueError for a bad one): its labs and due
+    times from ``--due-file`` (the term's schedule, read again when it changes) or ``--lab``."""
+    if args.due_file and args.lab:
+        raise ValueError("give --lab or --due-file, not both: the due times come from one place")
+    return Store(
+        args.store,
+        DueFile(args.due_file) if args.due_file else dict(parse_lab(spec) for spec in args.lab),
+        keep=args.keep,
+        quota=int(args.quota_mb * 2**20),
+        min_free=int(args.min_free_mb * 2**20),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s handin] %(message)s")
     try:
-        if args.due_file and args.lab:
-            raise ValueError("give --lab or --due-file, not both: the due times come from one place")
-        store = Store(
-            args.store,
-            DueFile(args.due_file) if args.due_file else dict(parse_lab(spec) for spec in args.lab),
-            keep=args.keep,
-            quota=int(args.quota_mb * 2**20),
-            min_free=int(args.min_free_mb * 2**20),
-        )
+        store = make_store(args)
     except ValueError as exc:
         print(f"handin: {exc}", file=sys.stderr)
         return 2

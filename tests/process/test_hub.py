@@ -414,9 +414,10 @@ def test_a_term_release_work_hand_in_grade_return_fix_and_a_late_hand_in(hub):
     a, b, c = students
     probe = PROBE.format(paths=[str(home), str(hub.grader_course), str(hub.grader_work), "/proc/1/environ"])
     assert "(LATE)" not in _hand_in(hub, a, "correct") + _hand_in(hub, b, "blank", extra=probe)
-    due = hub.class_dir / "due.yml"
+    due = hub.class_dir / "course.yml"  # the term's schedule: Lab 1 gets a due time of its own, now
     _ran(hub.terminal(prof, [
-        f'sed "s/^{LAB1}:.*/{LAB1}: $(date -u +%Y-%m-%dT%H:%M:%S.%6N+00:00)/" {due} > ~/due.yml && cat ~/due.yml > {due}',
+        f'sed "s/^  {LAB1}:$/  {LAB1}:\\n    due: $(date -u +%Y-%m-%dT%H:%M:%S.%6N+00:00)/" {due} > ~/course.yml'
+        f" && grep -q '^    due: ' ~/course.yml && cat ~/course.yml > {due}",
     ]))  # fmt: skip
     assert "(LATE)" in _hand_in(hub, c, "partly")
 

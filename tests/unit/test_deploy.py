@@ -436,12 +436,45 @@ def test_hand_ins_go_to_the_service_and_no_volume_is_shared_between_students(val
     assert env["JUPYTERHUB_SERVICE_URL"]["value"].endswith(":8080") and kinds["Service"]["metadata"]["name"] == "handin"
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == kinds["PersistentVolumeClaim"]["metadata"]["name"]
     assert kinds["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteOnce"]  # this pod alone
-    # the command and its labs parse as the service's own command line does
-    from lab_utils.hub.service import parse_lab
-
-    labs = [parse_lab(a.split("=", 1)[1]) for a in container["args"]]
-    assert [lab for lab, _ in labs] == sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir())
     assert container["command"][:3] == ["python", "-m", "lab_utils.hub.service"]
+
+
+def test_the_kubernetes_hand_in_service_takes_its_labs_and_due_times_from_the_schedule(tmp_path):
+    """handin.yaml's service reads the term's schedule from a ConfigMap of grading/course.yml (the
+    file the grader reads too): every lab of the term is open, and a due date changed in the
+    schedule is the service's, with no second place to type it (issue 53)."""
+    from lab_utils.grading import schedule
+    from lab_utils.grading.late import DueFile
+    from lab_utils.hub.store import Store
+
+    docs = {d["kind"]: d for d in yaml.safe_load_all((DEPLOY / "jupyterhub" / "handin.yaml").read_text())}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    (due_arg,) = container["args"]
+    assert due_arg.startswith("--due-file=")
+    path = Path(due_arg.split("=", 1)[1])
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    (volume,) = [v for v in pod["volumes"] if "configMap" in v]
+    mount = mounts[volume["name"]]
+    assert path.parent == Path(mount["mountPath"]) and "subPath" not in mount  # a subPath is never updated
+    # the ConfigMap as the file's header creates it: the key course.yml, from grading/course.yml
+    header = (DEPLOY / "jupyterhub" / "handin.yaml").read_text()
+    made = re.search(r"kubectl create configmap (\S+) .*--from-file=(\S+)=(\S+)", header)
+    assert made and made.group(1) == volume["configMap"]["name"] and made.group(2) == path.name, header[:600]
+    source = ROOT / made.group(3)
+    assert source == schedule.SCHEDULE
+    mounted = tmp_path / "etc-labs"
+    mounted.mkdir()
+    (mounted / path.name).write_text(source.read_text())
+    store = Store(tmp_path / "store", DueFile(mounted / path.name))
+    assert sorted(store.due) == sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir())
+    assert store.due == schedule.load(source).due()
+    changed = source.read_text().replace("  02_ps_async:\n", "  02_ps_async:\n    due: 2027-03-01T12:00:00+01:00\n", 1)
+    assert changed != source.read_text()
+    (mounted / path.name).write_text(changed)
+    st = (mounted / path.name).stat()
+    os.utime(mounted / path.name, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert store.due["02_ps_async"].isoformat() == "2027-03-01T12:00:00+01:00"
 
 
 def test_the_values_validate_against_the_charts_schema(values):
