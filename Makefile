@@ -44,9 +44,9 @@ release: setup  ## regenerate the student notebooks in labs/ from grading/source
 check-release: setup  ## fail if labs/ is out of date with grading/source/
 	$(PY) -m lab_utils.grading --root $(COURSE) check-release
 
-student-repo: setup  ## write (or update) DEST=path: the public student repository (labs, lab_utils, binder; no solution), committed
+student-repo: setup  ## write (or update) DEST=path: the public student repository (labs, lab_utils, binder; no solution), committed; REFERENCES=02_ps_async publishes a lab's reference scripts after its due time
 	@[ -n "$(DEST)" ] || { echo "make student-repo: give DEST=path (a new folder, or one it wrote before)" >&2; exit 2; }
-	$(PY) -m lab_utils.grading --root $(COURSE) student-repo "$(DEST)"
+	$(PY) -m lab_utils.grading --root $(COURSE) student-repo "$(DEST)" $(if $(REFERENCES),--references "$(REFERENCES)")
 
 autograde: setup  ## grade SUBMISSIONS=folder (<student>/<lab>/<lab>.ipynb), each in a sandbox, in parallel, resumable (JOBS=, REGRADE=1; SLURM=1: as Slurm job arrays; UNSAFE_NO_SANDBOX=1: grade without root, as you)
 	@test -n "$(SUBMISSIONS)" || { echo "autograde: give the folder of submissions: make autograde SUBMISSIONS=path (<student>/<lab>/<lab>.ipynb)" >&2; exit 2; }

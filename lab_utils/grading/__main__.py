@@ -82,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("dest")
     p.add_argument("--message", default=None, help="the commit message (default: names this repository's commit)")
+    p.add_argument(
+        "--references",
+        default="",
+        help="comma-separated labs whose reference scripts to publish too, each past its due time in the "
+        "schedule (refused before); those published before stay",
+    )
     p = sub.add_parser(
         "schedule",
         help="print the term's schedule (grading/course.yml, or the class's copy settings.yml's due_file names); "
@@ -221,7 +227,8 @@ def main(argv=None) -> int:
         elif args.command == "schedule":
             return _schedule(args, root, labs_dir)
         elif args.command == "student-repo":
-            print(student_repo.write(args.dest, root.resolve().parent, message=args.message))
+            publish = [x for x in args.references.split(",") if x]
+            print(student_repo.write(args.dest, root.resolve().parent, message=args.message, publish=publish))
     except (RuntimeError, ValueError, LookupError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

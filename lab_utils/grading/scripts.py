@@ -158,14 +158,17 @@ def find_lab_script(name: str, lab: str, here: Path | str | None = None, root: P
     """The training script ``name`` that a student wrote in an earlier ``lab`` (Lab 3, Part 2).
 
     Looks for ``./<name>``, then ``../<lab>/<name>`` (the earlier lab's folder next
-    to this one), relative to ``here`` (default: the working directory, i.e. the
-    notebook's folder). While nbgrader grades (and under ``make run``, papermill)
+    to this one), then ``../references/<lab>/<name>`` (the course's reference, which the
+    student repository publishes after the earlier lab's due time:
+    :mod:`lab_utils.grading.student_repo`), relative to ``here`` (default: the working
+    directory, i.e. the notebook's folder). A student whose own script is broken copies the
+    published reference next to the notebook, or removes theirs. While nbgrader grades (and under ``make run``, papermill)
     the instructor's reference comes first, so that a broken or stale earlier lab
     does not fail this one; in the instructor's repository it is the fallback.
     A student who has not written the script yet gets a FileNotFoundError saying
     which cell to run."""
     here = Path(here) if here is not None else Path.cwd()
-    candidates = [here / name, here.parent / lab / name]
+    candidates = [here / name, here.parent / lab / name, here.parent / "references" / lab / name]
     automated = bool(is_grading() or config.get(config.RESULTS_FILE))  # nbgrader, or run_labs (papermill)
     if automated or (Path(root) / "source").is_dir():
         reference = reference_script(lab, name, root)
@@ -176,5 +179,6 @@ def find_lab_script(name: str, lab: str, here: Path | str | None = None, root: P
     raise FileNotFoundError(
         f"{name} not found: looked for {', '.join(str(p) for p in candidates)}. It is the script you wrote in "
         f"{lab}: open {lab}/{lab}.ipynb and run its `%%writefile {name}` cell (Exercise 1), "
-        f"or copy your {name} next to this notebook."
+        f"or copy your {name} next to this notebook. After {lab}'s due time your instructor may publish its "
+        "reference script (in the references folder beside the labs), which this lab then uses."
     )

@@ -12,12 +12,22 @@ found refuses the whole repository.
 
 Run again on the same DEST (a mid-term fix), it replaces the tree with the new one and
 commits the difference, so the public history shows what changed and nbgitpuller merges it
-into each student's copy without losing their cells."""
+into each student's copy without losing their cells.
+
+**References after the due date.** ``--references 02_ps_async`` (``make student-repo
+REFERENCES=02_ps_async``) also publishes that lab's reference scripts (its ``%%writefile``
+scripts, the instructor's solutions) into ``labs/references/<lab>/``, once the lab is past its
+due time in the term's schedule (:mod:`lab_utils.grading.schedule`), and never before: a lab
+that is not due yet, has no due time or is not part of the term is refused. A student stuck
+with a broken earlier script (Labs 3 and 6 run Lab 2's, Lab 4 runs Lab 3's, Lab 5 runs Lab 4's)
+continues with it (:func:`lab_utils.grading.scripts.find_lab_script` finds it). What was
+published stays published: a later update keeps it (and checks it against the schedule again)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 from lab_utils.grading import course, leaks
@@ -80,11 +90,56 @@ def _git(dest: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def write(dest: Path | str, root: Path | str = REPO, message: str | None = None) -> str:
+#: Where a lab's published reference scripts go in the student repository
+REFERENCES = "labs/references"
+
+
+def references(labs, root: Path, now: datetime | None = None) -> dict[str, Path]:
+    """Path in the student repository -> the reference script it is copied from, for each lab of
+    ``labs`` (names or numbers) that is past its due time in the course's schedule. ValueError
+    naming the lab and its due time for one that is not (or has none, or is not in the term)."""
+    from lab_utils.grading import schedule, scripts
+
+    labs = [lab for lab in labs if lab]
+    if not labs:
+        return {}
+    grading = root / "grading"
+    path = schedule.course_schedule(grading)
+    if not path.is_file():
+        raise ValueError(f"no schedule at {path}: a lab's references are published after its due time, which it gives")
+    term = schedule.load(path)
+    now = now or datetime.now(UTC)
+    chosen = {}
+    for lab in labs:
+        try:
+            entry = term.entry(lab)
+        except KeyError as exc:
+            raise ValueError(f"refused: {exc.args[0]}") from None
+        if entry.due is None:
+            raise ValueError(f"refused: {entry.lab} has no due time in {path}: its references wait for one")
+        if now < entry.due:
+            raise ValueError(
+                f"refused: {entry.lab} is due {entry.due.isoformat()} ({path}): its reference scripts are "
+                "published after that, never before"
+            )
+        for script in scripts.extract_references([entry.lab], grading):
+            chosen[f"{REFERENCES}/{entry.lab}/{script.name}"] = script
+    return chosen
+
+
+def write(
+    dest: Path | str,
+    root: Path | str = REPO,
+    message: str | None = None,
+    publish: list[str] | tuple[str, ...] = (),
+    now: datetime | None = None,
+) -> str:
     """Write (or update) the student repository at ``dest`` and commit it; return one line
-    saying what was done. ``ValueError``: a solution or hidden-test line would be published
-    (each named), ``labs/`` is not the release of ``grading/source/``, ``dest`` is inside this
-    repository, or ``dest`` is something this tool did not make."""
+    saying what was done. ``publish``: labs whose reference scripts to publish too (past their
+    due time; those published before stay). ``ValueError``: a solution or hidden-test line would
+    be published (each named), a lab to publish is not past its due time, ``labs/`` is not the
+    release of ``grading/source/``, ``dest`` is inside this repository, or ``dest`` is something
+    this tool did not make."""
     root, dest = Path(root).resolve(), Path(dest).resolve()
     if dest == root or root in dest.parents:
         raise ValueError(f"DEST={dest} is inside the instructor repository {root}: choose a folder outside it")
@@ -103,12 +158,17 @@ def write(dest: Path | str, root: Path | str = REPO, message: str | None = None)
     stale = course.check_release([], root / "grading", root / "labs")
     if stale:
         raise ValueError("labs/ is not the release of grading/source/ (run make release first):\n" + "\n".join(stale))
-    found = leaks.find_leaks(sorted(chosen.values()), sources)
+    published = (
+        sorted(p.name for p in (dest / REFERENCES).iterdir() if p.is_dir()) if (dest / REFERENCES).is_dir() else []
+    )
+    refs = references(sorted({*published, *publish}), root, now)
+    found = leaks.find_leaks(sorted(chosen.values()), sources)  # the references are the solutions they are
     if found:
         raise ValueError(
             f"refused: {len(found)} solution or hidden-test line(s) would be published, e.g.\n"
             + "\n".join(str(x) for x in found[:10])
         )
+    chosen.update(refs)
     dest.mkdir(parents=True, exist_ok=True)
     if fresh:
         init = _git(dest, "init", "-q", "-b", "main")
@@ -133,7 +193,10 @@ def write(dest: Path | str, root: Path | str = REPO, message: str | None = None)
     done = _git(dest, "add", "-A")
     if done.returncode != 0:
         raise RuntimeError(f"git add in {dest}: {done.stderr.strip()}")
-    what = f"{len(chosen) + 1} files, no solution or hidden test"
+    labs_published = sorted({rel.split("/")[2] for rel in refs})
+    what = f"{len(chosen) + 1} files, no solution or hidden test" + (
+        f" but the reference scripts of {', '.join(labs_published)}, past their due time" if refs else ""
+    )
     if _git(dest, "diff", "--cached", "--quiet").returncode == 0 and not fresh:
         return f"student repository at {dest}: {what}; unchanged, nothing committed"
     done = _git(dest, "commit", "-q", "-m", message or f"Course update (instructor repository {head})")

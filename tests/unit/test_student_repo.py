@@ -104,3 +104,57 @@ def test_make_student_repo_writes_the_folder_it_is_given(tmp_path):
     assert "created, committed" in done.stdout and (tmp_path / "course-labs" / "labs" / "README.md").is_file()
     bare = subprocess.run(make, cwd=ROOT, capture_output=True, text=True)
     assert bare.returncode == 2 and "give DEST=path" in bare.stderr
+
+
+def test_a_labs_references_are_published_after_its_due_time_never_before(tmp_path):
+    """``make student-repo REFERENCES=02_ps_async`` (issue 53): refused before Lab 2's due time in
+    the schedule; after it, exactly Lab 2's reference scripts are published (no other lab's), the
+    labs that run Lab 2's script find it, and a later update keeps them."""
+    from datetime import timedelta
+
+    from lab_utils.grading import schedule
+    from lab_utils.grading.scripts import find_lab_script
+
+    due = schedule.load(schedule.SCHEDULE).entry("02").due
+    dest = tmp_path / "course-labs"
+    with pytest.raises(ValueError, match=r"refused: 02_ps_async is due .* published after that, never before"):
+        student_repo.write(dest, publish=["02_ps_async"], now=due - timedelta(seconds=1))
+    assert not dest.exists()  # refused before anything was written
+    with pytest.raises(ValueError, match="not part of the term"):
+        student_repo.write(dest, publish=["09"], now=due + timedelta(days=365))
+    said = student_repo.write(dest, publish=["02"], now=due + timedelta(minutes=1))
+    assert "reference scripts of 02_ps_async, past their due time" in said, said
+    tracked = _git(dest, "ls-files").split()
+    refs = sorted(p for p in tracked if p.startswith(student_repo.REFERENCES + "/"))
+    lab2 = sorted(f"{student_repo.REFERENCES}/02_ps_async/{n}" for n in ("train_async.py", "two_tasks.py"))
+    assert refs == lab2, refs
+    # what is published is the instructor's script, whole; nothing of another lab is
+    assert (dest / lab2[0]).read_text() == (
+        ROOT / "grading" / "reference" / "02_ps_async" / "train_async.py"
+    ).read_text()
+    others = [dest / p for p in tracked if not p.startswith(student_repo.REFERENCES + "/")]
+    assert leaks.find_leaks(others, leaks.source_notebooks()) == []
+    # Lab 3, run by a student with no Lab 2 script of their own, finds the published one
+    here = dest / "labs" / "03_ps_sync"
+    assert (
+        find_lab_script("train_async.py", "02_ps_async", here=here, root=tmp_path / "no-course")
+        == (dest / lab2[0]).resolve()
+    )
+    # an update without REFERENCES keeps what was published
+    assert student_repo.write(dest, now=due + timedelta(days=1)).endswith("unchanged, nothing committed")
+    assert (dest / lab2[0]).is_file()
+
+
+def test_each_lab_that_runs_an_earlier_labs_script_says_how_to_go_on_with_its_reference():
+    import json
+
+    for lab in LABS:
+        cells = json.loads((ROOT / "grading" / "source" / lab / f"{lab}.ipynb").read_text())["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        text = " ".join(" ".join("".join(c["source"]).split()) for c in cells if c["cell_type"] == "markdown")
+        said = re.search(
+            r"Stuck with a broken (.+?) script\? After .{1,20} due time your instructor publishes its reference", text
+        )
+        for earlier in sorted(set(re.findall(r'find_lab_script\("[\w.]+", lab="(\d\d)_\w+"\)', code))):
+            assert said and f"Lab {int(earlier)}" in said.group(1), (lab, earlier)
+            assert "rename yours, and this lab runs the reference" in text, lab
