@@ -50,7 +50,11 @@ TAKEN = (
     "scripts/lab.sh",
 )
 #: Written over what TAKEN gives: the student's README and Makefile.
-OWN = {"README.md": "deploy/student-repo/README.md", "Makefile": "deploy/student-repo/Makefile"}
+OWN = {
+    "README.md": "deploy/student-repo/README.md",
+    "Makefile": "deploy/student-repo/Makefile",
+    "AGENTS.md": "deploy/student-repo/AGENTS.md",  # the course's policy on AI assistants, where they look for one
+}
 #: A file only this tool writes: a DEST holding it may be updated, any other non-empty DEST is refused.
 MARK = ".student-repo"
 
