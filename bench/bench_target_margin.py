@@ -128,8 +128,9 @@ def table(results: list[dict]) -> str:
 def main(argv=None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    if argv[:1] == ["--table"]:  # bench_target_margin.py --table a.json b.json ...
-        print(table([json.loads(Path(f).read_text()) for f in argv[1:]]))
+    if argv[:1] == ["--table"]:  # bench_target_margin.py --table a.json b.json ... (or grading/target_margins.json)
+        loaded = [json.loads(Path(f).read_text()) for f in argv[1:]]
+        print(table([run for d in loaded for run in d.get("runs", [d])]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lab", required=True, choices=sorted({lab for lab, _ in CONFIGS}))

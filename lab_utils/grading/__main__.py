@@ -1,4 +1,4 @@
-"""``python -m lab_utils.grading release|check-release|autograde|export|feedback|student-repo|schedule`` (the make targets)."""
+"""``python -m lab_utils.grading release|check-release|autograde|export|feedback|student-repo|schedule|ta-pages`` (the make targets)."""
 
 from __future__ import annotations
 
@@ -89,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
         "schedule (refused before); those published before stay",
     )
     p = sub.add_parser(
+        "ta-pages",
+        help="write grading/ta/: for each submission, its written answers beside the outputs they refer to, "
+        "as handed in, and their rubrics (make grades links them)",
+    )
+    p.add_argument("--labs", default="")
+    p = sub.add_parser(
         "schedule",
         help="print the term's schedule (grading/course.yml, or the class's copy settings.yml's due_file names); "
         "--render writes it into the course map (labs/README.md)",
@@ -138,6 +144,7 @@ _WRITES = {
     "autograde": ("gradebook.db", "autograded", "results"),
     "feedback": ("feedback",),
     "export": ("results",),
+    "ta-pages": ("ta",),
 }
 
 
@@ -224,6 +231,11 @@ def main(argv=None) -> int:
         elif args.command == "feedback":
             for path in course.feedback(labs, root):
                 print(f"feedback {path}")
+        elif args.command == "ta-pages":
+            from lab_utils.grading import ta_pages
+
+            pages = ta_pages.write(root, labs)
+            print(f"wrote {len(pages) - 1} page(s) for the written answers; open {pages[-1]}")
         elif args.command == "schedule":
             return _schedule(args, root, labs_dir)
         elif args.command == "student-repo":

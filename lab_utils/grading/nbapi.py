@@ -109,11 +109,16 @@ def export_grades(csv_path: Path | str | None = None, root: Path | str = GRADING
     root = Path(root).resolve()
     csv_path = Path(csv_path) if csv_path else root / "grades.csv"
     columns = ["student_id", "lab", "score", "max_score", "code_plus_written_score", "needs_manual_grade", "status"]
+    columns.append("ta_page")  # the TA's page of the submission's written answers (lab_utils.grading.ta_pages)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, columns)
-        w.writeheader()
-        from lab_utils.grading.results import spreadsheet_safe
+    from lab_utils.grading.results import spreadsheet_safe
+    from lab_utils.grading.ta_pages import page_path
 
-        w.writerows({k: spreadsheet_safe(v) for k, v in row.items()} for row in gradebook_rows(root))
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, columns, extrasaction="ignore")  # the rows' timestamp stays out
+        w.writeheader()
+        for row in gradebook_rows(root):
+            page = page_path(root, row["student_id"], row["lab"])
+            row["ta_page"] = os.path.relpath(page, csv_path.parent) if page.is_file() else ""
+            w.writerow({k: spreadsheet_safe(v) for k, v in row.items()})
     return csv_path

@@ -266,6 +266,45 @@ def _lab_temp_files() -> set[Path]:
 
 
 @pytest.mark.parametrize("lab", sorted(AS_STUDENT), indirect=True)
+def test_the_ta_page_shows_the_outputs_the_student_handed_in(lab, ci_run, tmp_path):
+    """Issue 53: the CI run, handed in as a student's submission: each written answer's TA page
+    shows that run's own outputs of the parts it refers to (a line each printed, by content),
+    not the grader's re-run."""
+    import html
+    import shutil
+
+    from lab_utils.grading import ta_pages
+
+    proc, out, _ = ci_run
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    root = tmp_path / "grading"
+    (root / "source" / lab).mkdir(parents=True)
+    shutil.copy(REPO / "grading" / "source" / lab / f"{lab}.ipynb", root / "source" / lab)
+    (root / "submitted" / "ci-student" / lab).mkdir(parents=True)
+    shutil.copy(out / f"{lab}.ipynb", root / "submitted" / "ci-student" / lab / f"{lab}.ipynb")
+    ta_pages.write(root, [lab])
+    page = ta_pages.page_path(root, "ci-student", lab).read_text()
+    handed_in = json.loads((out / f"{lab}.ipynb").read_text())
+    items = ta_pages.answers(json.loads((root / "source" / lab / f"{lab}.ipynb").read_text()))
+    assert items
+    for item in items:
+        section = re.search(rf'<section class="answer" id="{item["grade_id"]}">(.*?)</section>', page, re.S)
+        assert section, item["grade_id"]
+        for what, cells in ta_pages._referred(handed_in["cells"], item["refers_to"]):
+            printed = [
+                line
+                for c in cells
+                for o in c.get("outputs", [])
+                if o.get("output_type") == "stream"
+                for line in "".join(o["text"]).splitlines()
+                if len(line.strip()) > 20
+            ]
+            if printed:  # a part whose run printed something: its first such line is on the page
+                assert html.escape(printed[0]) in section.group(1), (item["grade_id"], what, printed[0])
+        assert "data:image/png;base64," in page or "<pre>" in section.group(1)
+
+
+@pytest.mark.parametrize("lab", sorted(AS_STUDENT), indirect=True)
 def test_ci_run_meets_accuracy(lab, ci_run, student):
     proc, out, who = ci_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
