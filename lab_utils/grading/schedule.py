@@ -186,12 +186,12 @@ def parse(raw: dict, path: str | Path = "course.yml", variant: str | None = None
             raise _fail(path, f"{lab}: week and weeks are whole numbers from 1, got {week!r} and {weeks!r}")
         first = start + timedelta(weeks=week - 1)
         release = datetime.combine(first, opens, tzinfo=zone)
-        if "due" in spec:
+        if "due" in spec:  # the instructor's own date (an extension, a test of the hand-in): taken as it is
             due = _explicit_due(path, lab, spec["due"])
         else:
             due = datetime.combine(first + timedelta(weeks=weeks - 1, days=due_day), due_at, tzinfo=zone)
-        if due is not None and due <= release:
-            raise _fail(path, f"{lab}: due {due.isoformat()} is not after its release {release.isoformat()}")
+            if due <= release:
+                raise _fail(path, f"{lab}: due {due.isoformat()} is not after its release {release.isoformat()}")
         entries.append(
             Entry(lab, week, weeks, str(spec.get("lecture", "")), str(spec.get("reading", "")), release, due)
         )

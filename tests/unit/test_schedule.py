@@ -73,7 +73,10 @@ def test_one_setting_picks_the_variant_and_a_lab_it_leaves_out_is_closed_for_han
         (("    week: 1\n", "    week: 0\n"), "01_single_node: week and weeks are whole numbers"),
         (("    reading: CS 744\n", "    reading: CS 744\n    points: 3\n"), "unknown keys ['points']"),
         (("  02_ps_async:\n", "  02_ps_async:\n    due: 2027-02-19T23:59\n"), "02_ps_async: due needs a time zone"),
-        (("  02_ps_async:\n", "  02_ps_async:\n    due: 2027-01-01T23:59:00+01:00\n"), "is not after its release"),
+        (
+            ("due: Friday 23:59", "due: Monday 08:00"),
+            "01_single_node: due 2027-02-01T08:00:00+01:00 is not after its release",
+        ),
         (("  without-lab-6:\n", "  without-lab-6:\n    07_model_parallel: null\n"), "labs the term does not have"),
     ],
 )
