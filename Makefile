@@ -8,7 +8,7 @@ COURSE ?= grading
 export VENV
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab lint test test-fast test-slow run release check-release student-repo autograde grades ta-pages feedback doctor bench lock clean
+.PHONY: help setup lab lint test test-fast test-slow run release check-release student-repo autograde grades ta-pages walkthroughs feedback doctor bench lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -51,6 +51,9 @@ student-repo: setup  ## write (or update) DEST=path: the public student reposito
 autograde: setup  ## grade SUBMISSIONS=folder (<student>/<lab>/<lab>.ipynb), each in a sandbox, in parallel, resumable (JOBS=, REGRADE=1; SLURM=1: as Slurm job arrays; UNSAFE_NO_SANDBOX=1: grade without root, as you)
 	@test -n "$(SUBMISSIONS)" || { echo "autograde: give the folder of submissions: make autograde SUBMISSIONS=path (<student>/<lab>/<lab>.ipynb)" >&2; exit 2; }
 	$(PY) -m lab_utils.grading --root $(COURSE) autograde $(SUBMISSIONS) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 1,$(REGRADE)),--regrade) $(if $(filter 1,$(SLURM)),--slurm) $(if $(filter 1,$(UNSAFE_NO_SANDBOX)),--unsafe-no-sandbox)
+
+walkthroughs: setup  ## grading/walkthrough/<lab>.md, for instructors: each exercise's solution, its common mistakes with the messages the visible tests give, hints
+	$(PY) -m lab_utils.grading --root $(COURSE) walkthroughs $(if $(LABS),--labs $(LABS))
 
 ta-pages: setup  ## grading/ta/: each submission's written answers beside the outputs they refer to (as handed in) and their rubrics
 	$(PY) -m lab_utils.grading --root $(COURSE) ta-pages $(if $(LABS),--labs $(LABS))

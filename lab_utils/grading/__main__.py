@@ -1,4 +1,4 @@
-"""``python -m lab_utils.grading release|check-release|autograde|export|feedback|student-repo|schedule|ta-pages`` (the make targets)."""
+"""``python -m lab_utils.grading release|check-release|autograde|export|feedback|student-repo|schedule|ta-pages|walkthroughs`` (the make targets)."""
 
 from __future__ import annotations
 
@@ -95,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--labs", default="")
     p = sub.add_parser(
+        "walkthroughs",
+        help="write grading/walkthrough/<lab>.md for instructors: each exercise's solution, its common "
+        "mistakes (the mutation check's, with the message the visible test gives each), hints",
+    )
+    p.add_argument("--labs", default="")
+    p = sub.add_parser(
         "schedule",
         help="print the term's schedule (grading/course.yml, or the class's copy settings.yml's due_file names); "
         "--render writes it into the course map (labs/README.md)",
@@ -145,6 +151,7 @@ _WRITES = {
     "feedback": ("feedback",),
     "export": ("results",),
     "ta-pages": ("ta",),
+    "walkthroughs": ("walkthrough",),
 }
 
 
@@ -236,6 +243,11 @@ def main(argv=None) -> int:
 
             pages = ta_pages.write(root, labs)
             print(f"wrote {len(pages) - 1} page(s) for the written answers; open {pages[-1]}")
+        elif args.command == "walkthroughs":
+            from lab_utils.grading import walkthrough
+
+            for path in walkthrough.build(root=root, labs=labs, progress=lambda line: None):
+                print(f"wrote {path}")
         elif args.command == "schedule":
             return _schedule(args, root, labs_dir)
         elif args.command == "student-repo":
