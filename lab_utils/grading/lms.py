@@ -21,10 +21,11 @@ so the LMS's own missing-work policy applies. Late comes from the grading result
 flags (:mod:`lab_utils.grading.late`).
 
 With the term's schedule (:mod:`lab_utils.grading.schedule`, what ``export --lms`` passes), the
-assignment columns are the term's labs, in its order (a lab its variant leaves out has none), each
-named with its due date (``02_ps_async (due 2027-02-19)``; Moodle's also with its points), and a
-hand-in is late when it arrived after the schedule's due time: an extension typed into the
-schedule after grading is the export's too.
+assignment columns are the term's labs, in its order (a lab its variant leaves out has none;
+Moodle's columns also name the due date: ``02_ps_async (max 30, due 2027-02-19)``, while Canvas's
+keep the lab's name, which Canvas matches to its assignment), and a hand-in is late when it
+arrived after the schedule's due time: an extension typed into the schedule after grading is the
+export's too.
 """
 
 from __future__ import annotations
@@ -85,21 +86,21 @@ def rows(lms: str, gradebook: list[dict], root: Path, schedule: Schedule | None 
 
     late_labs = {s: [lab for lab in labs if (s, lab) in score and late(s, lab)] for s in students}
 
-    def name(lab: str, points: bool) -> str:
-        parts = [f"max {_score(possible[lab])}"] * points
+    def name(lab: str) -> str:  # Moodle's: an instructor maps each column to a grade item by hand
+        parts = [f"max {_score(possible[lab])}"]
         if due.get(lab) is not None:
             parts.append(f"due {due[lab]:%Y-%m-%d}")
-        return f"{lab} ({', '.join(parts)})" if parts else lab
+        return f"{lab} ({', '.join(parts)})"
 
-    if lms == "canvas":
-        out = [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *(name(lab, False) for lab in labs), "Late"]]
+    if lms == "canvas":  # Canvas matches a column to an assignment by its name: the lab's, as it is
+        out = [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *labs, "Late"]]
         out.append(["Points Possible", "", "", "", "", *(_score(possible[lab]) for lab in labs), ""])
         out += [
             ["", "", "", s, "", *(_score(score.get((s, lab))) for lab in labs), " ".join(late_labs[s])]
             for s in students
         ]
         return out
-    out = [["username", *(name(lab, True) for lab in labs), "late"]]
+    out = [["username", *(name(lab) for lab in labs), "late"]]
     out += [[s, *(_score(score.get((s, lab))) for lab in labs), " ".join(late_labs[s])] for s in students]
     return out
 

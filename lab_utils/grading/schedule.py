@@ -24,8 +24,8 @@ From it come, with no second place to type a date:
 - the grader's late flags (``due_file`` in ``grading/settings.yml``);
 - the course map's schedule table (``python -m lab_utils.grading schedule --render``,
   ``labs/README.md``);
-- the LMS export's assignment columns (:mod:`lab_utils.grading.lms`): the term's labs, in order,
-  each with its due date.
+- the LMS export's assignment columns (:mod:`lab_utils.grading.lms`): the term's labs, in order
+  (Moodle's with their due dates), late by its due times.
 """
 
 from __future__ import annotations
