@@ -88,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated labs whose reference scripts to publish too, each past its due time in the "
         "schedule (refused before); those published before stay",
     )
+    _term_tools(sub)
+    return parser
+
+
+def _term_tools(sub) -> None:
+    """The commands that teach a term rather than grade it: TA pages, walkthroughs, the schedule."""
     p = sub.add_parser(
         "ta-pages",
         help="write grading/ta/: for each submission, its written answers beside the outputs they refer to, "
@@ -108,7 +114,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", default=None, help="another of the schedule's variants (default: the one it picks)")
     p.add_argument("--render", action="store_true", help="write the table into labs/README.md")
     p.add_argument("--check", action="store_true", help="exit 1 when labs/README.md's table is not current")
-    return parser
 
 
 def _schedule(args, root: Path, labs_dir: Path) -> int:

@@ -22,29 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lab_utils.grading.safefiles import read_plain
+from lab_utils.grading.schedule import is_schedule, parse, parse_due
 
 __all__ = ["DueFile", "parse_due", "handed_in_at", "late_flag"]
 
 _LAB_NAME = re.compile(r"^[0-9]{2}_[a-z0-9_]+$")
-
-
-def parse_due(value) -> datetime | None:
-    """A due time from the settings: ISO 8601 with a zone (a string, or the datetime YAML makes
-    of one), or None. ValueError for anything else, naming what was given."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        when = value
-    elif isinstance(value, str):
-        try:
-            when = datetime.fromisoformat(value)
-        except ValueError:
-            raise ValueError(f"due must be ISO 8601 like 2026-12-04T23:59:00+01:00, got {value!r}") from None
-    else:
-        raise ValueError(f"due must be ISO 8601 like 2026-12-04T23:59:00+01:00, got {value!r}")
-    if when.tzinfo is None:
-        raise ValueError(f"due needs a time zone (like 2026-12-04T23:59:00+01:00 or ...Z), got {value!r}")
-    return when
 
 
 class DueFile:
@@ -76,10 +58,8 @@ class DueFile:
             raise ValueError(f"{self.path}: {exc}") from None
         if raw is None:
             raw = {}
-        from lab_utils.grading import schedule
-
-        if schedule.is_schedule(raw):  # the term's schedule: its labs (in the variant it picks) and their due times
-            return schedule.parse(raw, self.path).due()
+        if is_schedule(raw):  # the term's schedule: its labs (in the variant it picks) and their due times
+            return parse(raw, self.path).due()
         if not isinstance(raw, dict):
             raise ValueError(f"{self.path}: expected `lab: due time` lines, got {type(raw).__name__}")
         due = {}

@@ -35,10 +35,23 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from pathlib import Path
 
-from lab_utils.grading.layout import GRADING_ROOT
+__all__ = [
+    "SCHEDULE",
+    "MARKER",
+    "Entry",
+    "Schedule",
+    "course_schedule",
+    "is_schedule",
+    "load",
+    "parse",
+    "parse_due",
+    "render",
+    "table",
+]
 
-__all__ = ["SCHEDULE", "MARKER", "Entry", "Schedule", "course_schedule", "is_schedule", "load", "render", "table"]
-
+#: The course's grading folder (``lab_utils.grading.layout.GRADING_ROOT``: not imported, which would
+#: make a cycle through the settings that read the schedule)
+GRADING_ROOT = Path(__file__).resolve().parents[2] / "grading"
 #: The course's schedule
 SCHEDULE = GRADING_ROOT / "course.yml"
 #: The marker of the generated table in ``labs/README.md``
@@ -126,9 +139,26 @@ def _due_rule(path, value) -> tuple[int, time]:
     return _DAYS.index(parts[0].lower()), _clock(path, "due", parts[1])
 
 
-def _explicit_due(path, lab: str, value) -> datetime | None:
-    from lab_utils.grading.late import parse_due
+def parse_due(value) -> datetime | None:
+    """A due time from the settings: ISO 8601 with a zone (a string, or the datetime YAML makes
+    of one), or None. ValueError for anything else, naming what was given."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        when = value
+    elif isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"due must be ISO 8601 like 2026-12-04T23:59:00+01:00, got {value!r}") from None
+    else:
+        raise ValueError(f"due must be ISO 8601 like 2026-12-04T23:59:00+01:00, got {value!r}")
+    if when.tzinfo is None:
+        raise ValueError(f"due needs a time zone (like 2026-12-04T23:59:00+01:00 or ...Z), got {value!r}")
+    return when
 
+
+def _explicit_due(path, lab: str, value) -> datetime | None:
     try:
         return parse_due(value.isoformat() if isinstance(value, datetime) else value)
     except ValueError as exc:

@@ -40,8 +40,8 @@ __all__ = [
 
 #: the modules of lab_utils.grading a kernel may import: what test cells and the labs call (and
 #: settings.py's reader of a due time, with the file reads it uses)
-KERNEL_GRADING = ("__init__.py", "cells.py", "handin.py", "late.py", "layout.py", "safefiles.py", "scripts.py",
-                  "selfcheck.py", "settings.py", "throughput.py")  # fmt: skip
+KERNEL_GRADING = ("__init__.py", "cells.py", "handin.py", "late.py", "layout.py", "safefiles.py", "schedule.py",
+                  "scripts.py", "selfcheck.py", "settings.py", "throughput.py")  # fmt: skip
 #: where the view shows the reference scripts and the Keras dataset folder
 REFERENCE_DIR = "/run/labgrade/reference"
 KERAS_DIR = "/run/labgrade/keras"

@@ -101,8 +101,8 @@ UPPER_LAYERS = ("lab_utils.training", "lab_utils.grading")
 
 # --- rule 5: what a grading kernel imports ------------------------------------------------
 #: the modules of lab_utils.grading a grading kernel holds (lab_utils/grading/view.py's list)
-KERNEL_GRADING = ("__init__", "cells", "handin", "late", "layout", "safefiles", "scripts", "selfcheck", "settings",
-                  "throughput")  # fmt: skip
+KERNEL_GRADING = ("__init__", "cells", "handin", "late", "layout", "safefiles", "schedule", "scripts", "selfcheck",
+                  "settings", "throughput")  # fmt: skip
 
 # --- rule 4: sizes ----------------------------------------------------------------------
 MAX_MODULE_LINES = 600

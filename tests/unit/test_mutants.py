@@ -120,7 +120,9 @@ def _visible(lab: Lab, solution: str, source: str, tmp_path: Path, monkeypatch) 
 
 def _stand_in_run(**figures) -> SimpleNamespace:
     """A finished run as a test cell reads it: its attributes, and methods returning figures."""
-    methods = {k: (lambda v=v: v) for k, v in figures.items() if k.endswith(("_per_global_step", "_table"))}
+    methods = {
+        k: (lambda v=v: v) for k, v in figures.items() if k.endswith(("_per_global_step", "_table")) or k == "timeline"
+    }
     plain = {k: v for k, v in figures.items() if k not in methods}
     return SimpleNamespace(**plain, **methods)
 
@@ -379,6 +381,13 @@ def _lab2() -> dict:
         {"train time (s)": [0.30, 0.31], "local steps": [120, 6], "staleness mean": [0.05, 19.0]},
         index=pd.Index(["worker:0 (chief)", "worker:1"], name="task"),
     )
+    # the straggler's run: worker:1 sleeps 50 ms a step and updates every 52.5 ms, worker:0 every 2.5 ms between
+    slow = [i * 0.0525 for i in range(6)]
+    fast = [0.001 + i * 0.0025 for i in range(106)]
+    events = pd.DataFrame(
+        [{"time": 100 + t, "task": "worker:1"} for t in slow] + [{"time": 100 + t, "task": "worker:0"} for t in fast]
+    )
+    sleeps = [SimpleNamespace(task="worker:1", name="straggler delay", seconds=0.05) for _ in slow]
     # the CI run: 4,000 examples, batch 60, 2 epochs: 134 updates of 62,800 bytes (8.4 MB), measured 8.9 MB
     return {
         **_base(),
@@ -390,7 +399,7 @@ def _lab2() -> dict:
         "EPOCHS": 2,
         "STRAGGLER_DELAY": 0.05,
         "runs": {1: _stand_in_run(dstat_table=dstat(8.5)), 2: _stand_in_run(dstat_table=dstat(8.9))},
-        "straggler_run": _stand_in_run(workers_table=workers),
+        "straggler_run": _stand_in_run(workers_table=workers, events=events, timeline=SimpleNamespace(parts=sleeps)),
     }
 
 
