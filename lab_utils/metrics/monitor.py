@@ -203,6 +203,13 @@ class Monitor:
             return
         self._stop.set()
         self._thread.join(timeout=max(5.0, 3 * self.interval))
+        if self.error is None and not self._thread.is_alive():
+            # a last sample: what moved since the last tick counts (a run shorter than a few
+            # intervals lost up to half its network bytes without it)
+            try:
+                self.record(*self.sampler.sample())
+            except Exception as exc:  # noqa: BLE001 - not swallowed: kept in notes, shown with the run
+                self.notes.append(f"metrics: the last sample failed: {exc!r}")
         if self._render is not None:
             self._render.join(timeout=10.0)
         self.stop_time = time.time()

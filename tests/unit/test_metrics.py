@@ -804,3 +804,41 @@ def test_the_lo_row_counts_the_private_network_when_there_is_one(monkeypatch):
     ps.nics["lo"] = Nic(10**9, 10**9)  # this namespace's own loopback: not the cluster's
     rows = {(r[2], r[3]): r[4] for r in s.sample()[1]}
     assert rows[("lo", "net_sent")] == 500.0 and rows[("lo", "net_recv")] == 500.0
+
+
+def test_stop_takes_a_last_sample_so_a_short_run_loses_nothing_since_the_last_tick():
+    """A run shorter than a few intervals lost what moved after the last tick (issue 52's suite:
+    a 1-worker run measured half its bytes); stop() now samples once more."""
+    import time as _time
+
+    class Stub:
+        clock = staticmethod(_time.monotonic)
+        calls = 0
+        gpu = None
+
+        def sample(self):
+            Stub.calls += 1
+            return _time.time(), []
+
+    mon = Monitor({}, interval=60, sampler=Stub()).start()  # no tick before stop
+    mon.stop()
+    assert Stub.calls == 2 and not mon.notes  # the baseline, and the last sample at stop
+
+
+def test_a_failing_last_sample_is_noted_not_raised():
+    import time as _time
+
+    class Stub:
+        clock = staticmethod(_time.monotonic)
+        calls = 0
+        gpu = None
+
+        def sample(self):
+            Stub.calls += 1
+            if Stub.calls > 1:
+                raise OSError("gone")
+            return _time.time(), []
+
+    mon = Monitor({}, interval=60, sampler=Stub()).start()
+    mon.stop()
+    assert mon.notes == ["metrics: the last sample failed: OSError('gone')"]
