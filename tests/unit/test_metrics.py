@@ -806,39 +806,32 @@ def test_the_lo_row_counts_the_private_network_when_there_is_one(monkeypatch):
     assert rows[("lo", "net_sent")] == 500.0 and rows[("lo", "net_recv")] == 500.0
 
 
+class _CountingSampler:
+    """A sampler that counts its samples (and fails from the ``fail_from``-th on, when given)."""
+
+    clock = staticmethod(time.monotonic)
+    gpu = None
+
+    def __init__(self, fail_from: int | None = None):
+        self.calls, self.fail_from = 0, fail_from
+
+    def sample(self):
+        self.calls += 1
+        if self.fail_from is not None and self.calls >= self.fail_from:
+            raise OSError("gone")
+        return time.time(), []
+
+
 def test_stop_takes_a_last_sample_so_a_short_run_loses_nothing_since_the_last_tick():
     """A run shorter than a few intervals lost what moved after the last tick (issue 52's suite:
     a 1-worker run measured half its bytes); stop() now samples once more."""
-    import time as _time
-
-    class Stub:
-        clock = staticmethod(_time.monotonic)
-        calls = 0
-        gpu = None
-
-        def sample(self):
-            Stub.calls += 1
-            return _time.time(), []
-
-    mon = Monitor({}, interval=60, sampler=Stub()).start()  # no tick before stop
+    sampler = _CountingSampler()
+    mon = Monitor({}, interval=60, sampler=sampler).start()  # no tick before stop
     mon.stop()
-    assert Stub.calls == 2 and not mon.notes  # the baseline, and the last sample at stop
+    assert sampler.calls == 2 and not mon.notes  # the baseline, and the last sample at stop
 
 
 def test_a_failing_last_sample_is_noted_not_raised():
-    import time as _time
-
-    class Stub:
-        clock = staticmethod(_time.monotonic)
-        calls = 0
-        gpu = None
-
-        def sample(self):
-            Stub.calls += 1
-            if Stub.calls > 1:
-                raise OSError("gone")
-            return _time.time(), []
-
-    mon = Monitor({}, interval=60, sampler=Stub()).start()
+    mon = Monitor({}, interval=60, sampler=_CountingSampler(fail_from=2)).start()
     mon.stop()
     assert mon.notes == ["metrics: the last sample failed: OSError('gone')"]
