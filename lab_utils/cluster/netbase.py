@@ -194,6 +194,28 @@ def shaping(spec: EmulatedHosts) -> tuple[list[str] | None, list[str] | None]:
     return netem_args, (_tbf(rate) if rate else None)
 
 
+# ---- the byte counters of a network namespace
+def parse_net_dev(lines: list[str]) -> dict[str, tuple[int, int]]:
+    """``{interface: (bytes_recv, bytes_sent)}`` from /proc/<pid>/net/dev's data lines."""
+    out = {}
+    for line in lines:
+        nic, _, rest = line.partition(":")
+        fields = rest.split()
+        if len(fields) >= 9:
+            out[nic.strip()] = (int(fields[0]), int(fields[8]))
+    return out
+
+
+def loopback_of(pid: int, proc_root: str = "/proc") -> tuple[int, int] | None:
+    """``(bytes_recv, bytes_sent)`` of ``lo`` in ``pid``'s network namespace (a cluster's
+    private network), None when it cannot be read."""
+    try:
+        with open(f"{proc_root}/{pid}/net/dev", encoding="ascii") as fh:
+            return parse_net_dev(fh.readlines()[2:]).get("lo")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+
+
 # ---- what a built network offers a job
 class BaseNetwork:
     """A network of a job's hosts, however it is built (:class:`~lab_utils.cluster.netem.Network`:

@@ -32,6 +32,7 @@ from lab_utils.cluster.netbase import (
     _run,
     has_capability,
     host_tmp,
+    loopback_of,
     pick_subnet,
     shaping,
     userns_refusal,
@@ -190,6 +191,7 @@ class PrivateNetwork(BaseNetwork):
         self.inside_uid0 = userns and as_root
         self.holder: subprocess.Popen | None = None
         self.holder_started: float | None = None
+        self.final_loopback: tuple[str, tuple[int, int]] | None = None
 
     @property
     def record(self) -> dict:
@@ -228,9 +230,22 @@ class PrivateNetwork(BaseNetwork):
     def counters(self) -> dict[int, dict[str, int]]:
         return {}
 
+    def loopback(self) -> tuple[str, tuple[int, int]] | None:
+        """``(counter key, (bytes_recv, bytes_sent))`` of this network's loopback, which carries
+        all its tasks' traffic (the metrics' ``lo`` row); after :meth:`destroy`, the counts read
+        just before it, under the same key, so that a sample taken after the job ended still
+        counts the bytes moved since the one before."""
+        if self.destroyed or self.holder is None:
+            return self.final_loopback
+        counts = loopback_of(self.holder.pid)
+        if counts is None:  # the holder ended between the check and the read: destroy read them
+            return self.final_loopback
+        return f"lo@{self.holder.pid}", counts
+
     def destroy(self) -> list[str]:
         if self.destroyed:
             return []
+        self.final_loopback = self.loopback()  # before the holder ends: its counters end with it
         self.destroyed = True
         if self.holder is not None:
             _end_holder(self.holder)

@@ -90,7 +90,7 @@ class Monitor:
                     "pass tasks={'worker:0': pid, ...} instead"
                 )
             tasks = self._cluster_pids
-        self.sampler = sampler or Sampler(tasks, host=host, gpu=gpu, loopback_pid=self._private_network_pid)
+        self.sampler = sampler or Sampler(tasks, host=host, gpu=gpu, loopback=self._private_loopback)
         self._events = events
         self._buffer: collections.deque = collections.deque(maxlen=max_samples)
         self._agg: dict[tuple, list] = {}  # (scope, task, metric) -> [max, sum, count]
@@ -110,11 +110,11 @@ class Monitor:
             self.notes.append(f"no GPU metrics: {self.sampler.gpu.reason}")
 
     # -- sources
-    def _private_network_pid(self) -> int | None:
-        """The cluster's private network's holder (its loopback carries the tasks' traffic)."""
+    def _private_loopback(self) -> tuple[str, tuple[int, int]] | None:
+        """The cluster's private network's loopback counters (they carry the tasks' traffic;
+        read before the network went, when the job has ended: the last sample still counts)."""
         net = getattr(self.cluster, "network", None)
-        holder = getattr(net, "holder", None) if getattr(net, "kind", None) == "private" else None
-        return holder.pid if holder is not None and not net.destroyed else None
+        return net.loopback() if getattr(net, "kind", None) == "private" else None
 
     def _cluster_pids(self) -> dict[str, int]:
         c = self.cluster

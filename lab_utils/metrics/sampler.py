@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import psutil
 
 from lab_utils.cluster.hosts import LAUNCHERS
+from lab_utils.cluster.netbase import parse_net_dev
 
 # --------------------------------------------------------------------------- declarations
 
@@ -235,30 +236,9 @@ def netns_counters(pid: int, proc_root: str = "/proc") -> dict[str, tuple[int, i
             lines = fh.readlines()[2:]
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    out = {nic: c for nic, c in _parse_net_dev(lines).items() if nic != "lo"}
+    out = {nic: c for nic, c in parse_net_dev(lines).items() if nic != "lo"}
     # loopback alone: a cluster's private network (shared by its tasks), not the task's own link
     return out or None
-
-
-def _parse_net_dev(lines: list[str]) -> dict[str, tuple[int, int]]:
-    """``{interface: (bytes_recv, bytes_sent)}`` from /proc/<pid>/net/dev's data lines."""
-    out = {}
-    for line in lines:
-        nic, _, rest = line.partition(":")
-        fields = rest.split()
-        if len(fields) >= 9:
-            out[nic.strip()] = (int(fields[0]), int(fields[8]))
-    return out
-
-
-def loopback_of(pid: int, proc_root: str = "/proc") -> tuple[int, int] | None:
-    """``(bytes_recv, bytes_sent)`` of ``lo`` in ``pid``'s network namespace (a cluster's
-    private network), None when it cannot be read."""
-    try:
-        with open(f"{proc_root}/{pid}/net/dev", encoding="ascii") as fh:
-            return _parse_net_dev(fh.readlines()[2:]).get("lo")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
 
 
 # --------------------------------------------------------------------------- process trees
@@ -322,7 +302,7 @@ class Sampler:
         nvml: Any = None,
         tree_refresh: float = 1.0,
         netns: Callable[[int], dict | None] | None = None,
-        loopback_pid: Callable[[], int | None] | None = None,
+        loopback: Callable[[], tuple[str, tuple[int, int]] | None] | None = None,
     ):
         if tasks is not None and not callable(tasks) and not isinstance(tasks, Mapping):
             raise TypeError(
@@ -339,8 +319,9 @@ class Sampler:
         self._trees: dict[str, tuple] = {}  # task -> (root pid, mono, wall of the scan, [processes])
         self.tree_refresh = tree_refresh
         self.netns = netns if netns is not None else netns_counters
-        #: a process in the tasks' private network, whose loopback is theirs (the ``lo`` row)
-        self.loopback_pid = loopback_pid
+        #: the tasks' private network's loopback, which carries their traffic (the ``lo`` row):
+        #: ``(counter key, (bytes_recv, bytes_sent))``, or None where they have none
+        self.loopback = loopback
         self.exited: dict[str, float] = {}  # task -> wall time it was first seen gone
         self.denied = 0  # processes we were not allowed to read
         self.samples = 0
@@ -468,10 +449,10 @@ class Sampler:
         vm = self.ps.virtual_memory()
         rows += [("host", "mem_used", float(vm.used)), ("host", "mem_available", float(vm.available))]
         nics = {nic: (nic, c) for nic, c in (self.ps.net_io_counters(pernic=True) or {}).items()}
-        pid = self.loopback_pid() if self.loopback_pid else None
-        private = loopback_of(pid) if pid else None
+        private = self.loopback() if self.loopback else None
         if private is not None:  # the cluster talks over its own loopback, not this namespace's
-            nics["lo"] = (f"lo@{pid}", _NicBytes(*private))  # its own counter: no jump between the two
+            key, counts = private
+            nics["lo"] = (key, _NicBytes(*counts))  # its own counter: no jump between the two
         for nic, (key, c) in nics.items():
             for metric, value in (("net_recv", c.bytes_recv), ("net_sent", c.bytes_sent)):
                 r = self.counters.rate((key, metric), value, mono)

@@ -782,28 +782,50 @@ def test_netns_reader_says_none_in_the_shared_namespace(tmp_path):
 def test_a_private_cluster_network_s_loopback_is_the_lo_row(tmp_path):
     """A namespace with loopback alone is a cluster's private network: not a task's own
     link (netns_counters says None), and its lo counters stand in for this namespace's."""
-    from lab_utils.metrics import sampler as sampler_mod
+    from lab_utils.cluster import netbase
 
     proc = fake_proc(tmp_path, 9, "    lo: 4000 1 0 0 0 0 0 0 4000 1 0 0 0 0 0 0\n")
     assert netns_counters(9, proc) is None
-    assert sampler_mod.loopback_of(9, proc) == (4000, 4000)
-    assert sampler_mod.loopback_of(10, proc) is None
+    assert netbase.loopback_of(9, proc) == (4000, 4000)
+    assert netbase.loopback_of(10, proc) is None
 
 
-def test_the_lo_row_counts_the_private_network_when_there_is_one(monkeypatch):
-    from lab_utils.metrics import sampler as sampler_mod
-
+def test_the_lo_row_counts_the_private_network_when_there_is_one():
     ps = FakePs()
     lo = {"value": 1000}
-    monkeypatch.setattr(sampler_mod, "loopback_of", lambda pid: (lo["value"], lo["value"]) if pid == 42 else None)
     mono, wall = Clock(100.0), Clock(1_000.0)
-    s = Sampler({}, ps=ps, gpu=False, clock=mono, wallclock=wall, loopback_pid=lambda: 42)
+    s = Sampler({}, ps=ps, gpu=False, clock=mono, wallclock=wall, loopback=lambda: ("lo@42", (lo["value"],) * 2))
     s.sample()
     advance(mono, wall, 1.0)
     lo["value"] += 500  # the cluster sent 500 bytes over its loopback in that second
     ps.nics["lo"] = Nic(10**9, 10**9)  # this namespace's own loopback: not the cluster's
     rows = {(r[2], r[3]): r[4] for r in s.sample()[1]}
     assert rows[("lo", "net_sent")] == 500.0 and rows[("lo", "net_recv")] == 500.0
+
+
+def test_a_sample_after_the_private_network_went_still_counts_its_last_bytes(monkeypatch):
+    """A job stops its tasks and removes its private network before the monitor's last sample
+    (issue 52: Lab 2's 1-worker run measured 0.55x the bytes predicted, when the last tick came
+    long before the end). The network reads its loopback just before it goes; the sampler counts
+    those bytes under the same key, not as a fresh baseline of this namespace's own ``lo``."""
+    from lab_utils.cluster import userns
+
+    lo = {"value": 1000}
+    monkeypatch.setattr(userns, "loopback_of", lambda pid: (lo["value"],) * 2 if pid == 42 else None)
+    monkeypatch.setattr(userns, "_end_holder", lambda holder: None)
+    net = userns.PrivateNetwork(userns=True)
+    net.holder = SimpleNamespace(pid=42)
+    ps = FakePs()
+    mono, wall = Clock(100.0), Clock(1_000.0)
+    s = Sampler({}, ps=ps, gpu=False, clock=mono, wallclock=wall, loopback=net.loopback)
+    s.sample()
+    advance(mono, wall, 1.0)
+    lo["value"] += 700  # the last bytes, after the last tick
+    net.destroy()
+    lo["value"] = 0  # the holder is gone: its counters with it
+    rows = {(r[2], r[3]): r[4] for r in s.sample()[1]}
+    assert rows[("lo", "net_sent")] == 700.0
+    assert net.loopback() == ("lo@42", (1700, 1700))
 
 
 class _CountingSampler:
