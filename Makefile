@@ -8,7 +8,7 @@ COURSE ?= grading
 export VENV
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab lint test test-fast test-slow run release check-release student-repo autograde grades ta-pages walkthroughs feedback doctor bench lock clean
+.PHONY: help setup lab lint test test-fast test-slow run release check-release student-repo autograde grades slides ta-pages walkthroughs feedback doctor bench lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -54,6 +54,9 @@ autograde: setup  ## grade SUBMISSIONS=folder (<student>/<lab>/<lab>.ipynb), eac
 
 walkthroughs: setup  ## grading/walkthrough/<lab>.md, for instructors: each exercise's solution, its common mistakes with the messages the visible tests give, hints
 	$(PY) -m lab_utils.grading --root $(COURSE) walkthroughs $(if $(LABS),--labs $(LABS))
+
+slides: setup  ## slides/build/: the lecture decks (slides/<lab>.ipynb) as reveal.js, served from an installed npm package, no internet needed; FIGURES_FROM=dir TIER="..." takes the labs' figures from executed notebooks first
+	$(PY) -m lab_utils.grading slides $(if $(LABS),--labs $(LABS)) $(if $(FIGURES_FROM),--figures-from "$(FIGURES_FROM)" --tier "$(TIER)")
 
 ta-pages: setup  ## grading/ta/: each submission's written answers beside the outputs they refer to (as handed in) and their rubrics
 	$(PY) -m lab_utils.grading --root $(COURSE) ta-pages $(if $(LABS),--labs $(LABS))

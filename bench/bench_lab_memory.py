@@ -3,6 +3,8 @@ memory limit (deploy/README.md, deploy/jupyterhub/values.yaml). JSON out.
 
     python bench/bench_lab_memory.py [--labs 01,02] [--full] [--out memory.json]
     python bench/bench_lab_memory.py --full --stand-ins --cpus 1 --limit-mb 2048   # Binder's limits
+    python bench/bench_lab_memory.py --full --stand-ins --keep-notebooks out/reference-notebooks
+        # then: make slides FIGURES_FROM=out/reference-notebooks TIER="..." (the decks' figures)
 
 
 Each lab runs headless with papermill (``python -m lab_utils.run_labs``: the CI parameters,
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -38,7 +41,7 @@ MB = 2**20
 STAND_INS = Path(__file__).resolve().parents[1] / "out" / "stand-ins"
 
 
-def measure(lab: str, full: bool, limit_mb: int, timeout_s: float, cpus: float = 2) -> dict:
+def measure(lab: str, full: bool, limit_mb: int, timeout_s: float, cpus: float = 2, keep: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         argv = [sys.executable, "-m", "lab_utils.run_labs", "--labs", lab[:2], "--out", tmp, "--no-progress"]
         box = Sandbox(f"mem{lab[:2]}", memory_mb=limit_mb, cpus=cpus, max_processes=4096, network="host", isolate=True)
@@ -55,6 +58,9 @@ def measure(lab: str, full: bool, limit_mb: int, timeout_s: float, cpus: float =
             tail = (Path(tmp) / "run.log").read_text(errors="replace").splitlines()[-5:]
             scaled = _scaled_down(Path(tmp) / f"{lab}.ipynb")
             recorded = _recorded(Path(tmp) / "summary.json")
+            if keep is not None and (Path(tmp) / f"{lab}.ipynb").is_file():  # the lecture decks' figures
+                keep.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(Path(tmp) / f"{lab}.ipynb", keep / f"{lab}.ipynb")
         finally:
             box.close()
     return {
@@ -148,6 +154,12 @@ def main(argv=None) -> int:
         "--stand-ins", action="store_true", help="full-size data offline: MNIST and CIFAR-10 stand-ins in LABS_DATA_DIR"
     )
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument(
+        "--keep-notebooks",
+        type=Path,
+        default=None,
+        help="keep each lab's executed notebook here (the lecture decks take their figures from them: make slides)",
+    )
     args = parser.parse_args(argv)
     if cgroup_support() is None:
         print("bench_lab_memory: needs root and cgroups (memory, pids, cpu) to measure a lab's peak", file=sys.stderr)
@@ -158,7 +170,7 @@ def main(argv=None) -> int:
             standins.write(STAND_INS)
         os.environ["LABS_DATA_DIR"] = str(STAND_INS)  # the sandbox's run inherits it
     for lab in layout.select_labs([x for x in args.labs.split(",") if x]):
-        out["labs"][lab] = measure(lab, args.full, args.limit_mb, args.timeout, args.cpus)
+        out["labs"][lab] = measure(lab, args.full, args.limit_mb, args.timeout, args.cpus, args.keep_notebooks)
         print(f"{lab}: {out['labs'][lab]}", file=sys.stderr, flush=True)
     text = json.dumps(out, indent=1)
     print(text)

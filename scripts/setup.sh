@@ -30,7 +30,8 @@ case "$GPU" in 0|1) ;; *) die "GPU must be 0 or 1, got GPU=$GPU" ;; esac
 
 fingerprint() {
   { cat "$CONSTRAINTS" "$ROOT/requirements/base.in" "${DEV[@]}" "$ROOT/pyproject.toml" "$0" \
-      "$ROOT/scripts/build-horovod.sh" "$ROOT/scripts/jupyterlab-overrides.json"; echo "GPU=$GPU"; } | sha256sum | cut -d' ' -f1
+      "$ROOT/scripts/build-horovod.sh" "$ROOT/scripts/jupyterlab-overrides.json" \
+      "$ROOT/slides/package-lock.json"; echo "GPU=$GPU"; } | sha256sum | cut -d' ' -f1
 }
 WANT=$(fingerprint)
 
@@ -109,6 +110,22 @@ if [ "$TESTS" = 1 ] && [ ! -x "$CHP" ]; then
       || say "configurable-http-proxy could not be installed: the JupyterHub test will be skipped (it says why)"
   else
     say "no npm (Node.js): the JupyterHub test will be skipped (it says why)"
+  fi
+fi
+
+# ---- reveal.js for the lecture decks (make slides; tests/notebooks/test_slides.py) ---------
+# The decks load reveal.js, require.js and jQuery from these npm packages, never from a CDN.
+# `make slides` installs them itself on first use (lab_utils/grading/slides.py); the tests never
+# download, so a checkout with the tests gets them here.
+SLIDES=$ROOT/.tools/slides
+if [ "$TESTS" = 1 ] && ! cmp -s "$ROOT/slides/package-lock.json" "$SLIDES/package-lock.json"; then
+  if command -v npm >/dev/null 2>&1; then
+    say "installing the lecture decks' reveal.js (npm, slides/package-lock.json) into .tools/slides"
+    mkdir -p "$SLIDES" && cp "$ROOT/slides/package.json" "$ROOT/slides/package-lock.json" "$SLIDES/"
+    (cd "$SLIDES" && npm ci --silent --no-audit --no-fund >/dev/null 2>&1) \
+      || { rm -f "$SLIDES/package-lock.json"; say "reveal.js could not be installed: the slides test will be skipped (it says why)"; }
+  else
+    say "no npm (Node.js): the slides test will be skipped (it says why)"
   fi
 fi
 

@@ -107,6 +107,15 @@ def _term_tools(sub) -> None:
     )
     p.add_argument("--labs", default="")
     p = sub.add_parser(
+        "slides",
+        help="render the lecture decks (slides/<lab>.ipynb) to slides/build/ with reveal.js from an installed "
+        "npm package (no internet); --figures-from takes the labs' figures from executed notebooks first",
+    )
+    p.add_argument("--labs", default="")
+    p.add_argument("--figures-from", type=Path, default=None, help="a folder of executed lab notebooks (<lab>.ipynb)")
+    p.add_argument("--tier", default="", help="with --figures-from: the run they come from, in words")
+    p.add_argument("--out", type=Path, default=None, help="where the decks are written (default slides/build)")
+    p = sub.add_parser(
         "schedule",
         help="print the term's schedule (grading/course.yml, or the class's copy settings.yml's due_file names); "
         "--render writes it into the course map (labs/README.md)",
@@ -135,6 +144,20 @@ def _schedule(args, root: Path, labs_dir: Path) -> int:
         print(f"wrote the schedule of {path} ({term.variant}) into {readme}")
         return 0
     print(f"{path}, variant {term.variant} (of {', '.join(term.variants)}):\n\n{schedule.table(term)}")
+    return 0
+
+
+def _slides(args) -> int:
+    from lab_utils.grading import slides
+
+    if args.figures_from is not None:
+        if not args.tier:
+            raise ValueError("--figures-from needs --tier: the run the figures come from, in words")
+        manifest = slides.take_figures(args.figures_from, tier=args.tier)
+        print(f"took {len(manifest['figures'])} figure(s) from {args.figures_from} into {slides.FIGURES}")
+    labs = [x for x in args.labs.split(",") if x] or None
+    written = slides.build(args.out or slides.BUILD, labs=labs)
+    print(f"{len(written)} deck(s); open {(args.out or slides.BUILD) / 'index.html'}")
     return 0
 
 
@@ -255,6 +278,8 @@ def main(argv=None) -> int:
                 print(f"wrote {path}")
         elif args.command == "schedule":
             return _schedule(args, root, labs_dir)
+        elif args.command == "slides":
+            return _slides(args)
         elif args.command == "student-repo":
             publish = [x for x in args.references.split(",") if x]
             print(student_repo.write(args.dest, root.resolve().parent, message=args.message, publish=publish))
