@@ -38,45 +38,9 @@ MIXED, LIMITS = crafted.MIXED, crafted.LIMITS
 STUDENTS = crafted.CLASS
 #: the student who handed in each kind
 WHO = {kind: student for student, kinds in STUDENTS.items() for kind in kinds.split("+")}
-# (score lost, flag kinds expected) per student; points from the instructor notebook
-EXPECTED = {
-    "correct": ([], None),
-    # the last exercise: Q2's readings of the sweep (issue 30), two test cells of a point each
-    "partly": (["test_fastest_to_target", "test_time_from_rates"], None),
-    "loop": (["test_fastest_to_target", "test_time_from_rates"], "timed out"),
-    "exits": ([], "kernel died"),
-    "memory": ([], "memory limit"),
-    "limits": ([], ("process limit", "leaked process killed", "disk limit")),
-    # a test cell emptied, another deleted, a helper and a TF server left running, a look at
-    # what grading keeps from it, nbgrader's markers typed and a 50 MB flood: nothing lost
-    # (it prints the reference scripts the sandbox shows: Lab 1's tests run none, so it is shown none)
-    "mixed": ([], ("tampered cell", "deleted cell", "leaked process killed", "huge output cut")),
-    "broken": ("all", "unreadable notebook"),  # graded as the blank release, with the reason
-    # also reordered: its first test cell moved to the end, graded as handed in (full marks there)
-    "forged": (["test_throughput"], "forged throughput"),
-    # written against the grader (issue 48, tests/support/hostile.py): the release, every failure
-    # hidden and every float shown as full marks; the release, its answers equal to everything
-    "quiet": ("all", "tampered with grading"),
-    "eqall": ("all", "not a plain value"),
-    # a job ten times too slow, under a clock that makes every job as fast: no throughput credit
-    "clock": (["test_throughput"], "tampered with grading"),
-    # a correct submission that reads every .git it finds, keeps the tests' source, makes the
-    # connection file a link and kills its kernel, leaves shared memory, holds the grader's locks,
-    # prints the grader's flags and a formula, and hands in a link to a root-only file
-    "attacks": (
-        [],
-        (
-            "kernel died",
-            "quoted hidden tests",
-            "shared memory left",
-            "leaked process killed",
-            "forged flag",
-            "symlink refused",
-        ),
-    ),  # fmt: skip
-}
-#: flags only an isolated sandbox (root) raises: its limits, its private disk and IPC
-ISOLATED_ONLY = {"disk limit", "process limit", "shared memory left"}
+# (score lost, flag kinds expected) per student, and the flags only an isolated sandbox raises:
+# tests/support/crafted.py (bench/bench_validation.py grades them too)
+EXPECTED, ISOLATED_ONLY = crafted.CLASS_EXPECTED, crafted.ISOLATED_ONLY
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,303 @@
+"""The grading validation: the grader run on known-good, known-bad and deliberately wrong
+submissions (negative controls) of every lab, each with the score and flags it must get.
+
+    python bench/bench_validation.py                   # every lab: grading/validation.json, VALIDATION.md
+    python bench/bench_validation.py --render          # VALIDATION.md again from validation.json
+
+What it grades, in one course with the instructor's grading settings (``grading/settings.yml``;
+Lab 1 with its crafted class's, Lab 5's cell timeout one minute, so that a hang costs a minute),
+in parallel sandboxes as ``make autograde`` does (as root: isolated), with secrets in the
+grader's environment as the crafted-class test has them:
+
+- each lab's **known-good** submission (the release with the instructor's solutions), and its
+  **release** as handed out (nothing solved);
+- the **crafted classes** of the tests (``tests/support/crafted.py``, :func:`validation_class`):
+  Lab 1's, which meets every kind; on Labs 2-6 a broken file, the vandal, the forgers, half done,
+  and the solution carrying every attack a complete submission can;
+- every **mutant** of the mutation check (``tests/unit/test_mutants.py``: the instructor's
+  solution with one typical mistake), run against its exercise's visible checks as a student
+  runs them: each must be caught, with a message that names the mistake.
+
+``grading/validation.json`` keeps the expected and actual score and flags of each, the date, the
+machine, the commit and a hash of ``lab_utils/grading``; ``grading/VALIDATION.md`` is rendered
+from it. ``tests/unit/test_validation.py`` fails while a crafted kind or a mutant is missing from
+it, when a verdict is not "as expected", or when ``lab_utils/grading`` changed since it was made.
+Exit status 1 when a verdict is not as expected (the files are written all the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from support import crafted  # noqa: E402
+
+from lab_utils.grading import layout  # noqa: E402
+
+JSON = REPO / "grading" / "validation.json"
+MARKDOWN = REPO / "grading" / "VALIDATION.md"
+GRADING_CODE = REPO / "lab_utils" / "grading"
+#: per-lab settings beside the instructor's: Lab 1's crafted class's (a short cell timeout for its
+#: endless loop, a small disk for its filler), and Lab 5's half-done submission hangs a cell
+OVERRIDES = {crafted.CLASS_LAB: crafted.CLASS_SETTINGS, "05_alexnet": {"cell_timeout": 60}}
+
+
+def grading_code_hash(folder: Path = GRADING_CODE) -> str:
+    """SHA-256 of every file of the grading package (its path and bytes; caches left out): what
+    the validation was made with."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _settings() -> str:
+    cfg = yaml.safe_load((REPO / "grading" / "settings.yml").read_text())
+    cfg.pop("due_file", None)  # no schedule in this course: nothing is late
+    for lab, over in OVERRIDES.items():
+        cfg.setdefault("labs", {}).setdefault(lab, {}).update(over)
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def _flag_kinds(result: dict) -> set[str]:
+    return {f["kind"] for f in result.get("flags", [])}
+
+
+def verdict(result: dict, points: dict[str, float], lost: list[str], flags: tuple[str, ...]) -> dict:
+    """One submission's row: expected and actual score and flags, and whether they agree (as the
+    crafted-class tests judge them: timing noise is not a flag; without an isolated sandbox, the
+    flags only one raises are not expected)."""
+    isolated = result.get("provenance", {}).get("sandbox", "").startswith("isolated")
+    want = set(flags) - (set() if isolated else crafted.ISOLATED_ONLY)
+    got = _flag_kinds(result) - crafted.NOISE_FLAGS
+    if not isolated:  # it runs as the grader: what it quotes is the grader's own
+        got -= {"quoted hidden tests", "quoted solution", "quoted reference"}
+    expected_score = sum(points.values()) - sum(points[g] for g in lost)
+    cells = {c["grade_id"]: c for c in result.get("cells", [])}
+    score = sum(c["score"] for c in cells.values()) if result.get("status") == "graded" else None
+    lost_now = sorted(g for g, c in cells.items() if c["status"] != "passed")
+    ok = result.get("status") == "graded" and score == expected_score and lost_now == sorted(lost) and got == want
+    return {
+        "status": result.get("status"),
+        "expected_score": expected_score,
+        "score": score,
+        "max_score": sum(points.values()),
+        "expected_lost": sorted(lost),
+        "lost": lost_now,
+        "expected_flags": sorted(want),
+        "flags": sorted(got),
+        "noise": sorted(_flag_kinds(result) & crafted.NOISE_FLAGS),
+        "as_expected": ok,
+        **({"reason": result.get("reason")} if result.get("status") != "graded" else {}),
+    }
+
+
+def grade(labs: list[str], jobs: int, progress=print) -> dict:
+    """Grade every lab's validation class; ``{lab: {student: row}}``."""
+    from lab_utils.grading import batch
+
+    rows: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(
+        prefix="validation-", dir=REPO / "out" if (REPO / "out").is_dir() else None
+    ) as tmp:
+        root, subs = crafted.course(Path(tmp), labs, _settings())
+        decoy = crafted.decoy()
+        plans = {}
+        try:
+            for lab in labs:
+                points = crafted.test_points(lab, root)
+                plans[lab] = (points, crafted.validation_class(lab, points))
+                for student, (kinds, _, _) in plans[lab][1].items():
+                    crafted.write(kinds, lab, subs, student=student, root=root, decoy=decoy)
+            saved = {k: os.environ.get(k) for k in crafted.SECRETS}
+            os.environ.update(crafted.SECRETS)
+            try:
+                results = batch.autograde(subs, labs, root, jobs=jobs)
+            finally:
+                for k, v in saved.items():
+                    os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        finally:
+            crafted.remove_decoy(decoy)
+        by = {(r["lab"], r["student"]): r for r in results}
+        for lab in labs:
+            points, plan = plans[lab]
+            rows[lab] = {}
+            for student, (kinds, lost, flags) in plan.items():
+                result = by.get((lab, student), {"status": "missing"})
+                rows[lab][student] = {"kinds": kinds, **verdict(result, points, lost, flags)}
+                progress(
+                    f"{lab} {student}: {'as expected' if rows[lab][student]['as_expected'] else 'NOT AS EXPECTED'}"
+                )
+    return rows
+
+
+def mutants(labs: list[str], progress=print) -> dict:
+    """Every mutant of the mutation check against its exercise's visible checks: ``{lab: [row]}``."""
+    from lab_utils.grading import walkthrough
+
+    check = walkthrough.load_mutation_check()
+    out: dict[str, list] = {}
+    for lab in check.LABS:
+        if lab.name not in labs:
+            continue
+        out[lab.name] = []
+        for mutant in lab.mutants:
+            message = walkthrough._message(check, lab, mutant)
+            caught = not message.startswith("(not caught")
+            named = bool(re.search(mutant.words, message)) if caught else False
+            out[lab.name].append(
+                {
+                    "exercise": mutant.solution,
+                    "mistake": mutant.name,
+                    "caught": caught,
+                    "message": message[:300],
+                    "as_expected": caught and named,
+                }
+            )
+        progress(f"{lab.name}: {sum(r['as_expected'] for r in out[lab.name])} of {len(out[lab.name])} mutants caught")
+    return out
+
+
+def _machine(isolated: bool) -> str:
+    import psutil
+
+    cores = len(os.sched_getaffinity(0))
+    mem = psutil.virtual_memory().total / 2**30
+    how = "isolated sandboxes (root, cgroups)" if isolated else "unisolated sandboxes (no root: as the grader)"
+    return f"{platform.machine()}, {cores} CPUs, {mem:.0f} GiB, Python {platform.python_version()}; {how}"
+
+
+def _commit() -> str:
+    def git(*args):
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "lab_utils", "grading/source", "tests/support")
+    return head + (" (with uncommitted changes to the grader, its sources or the crafted kinds)" if dirty else "")
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render(data: dict) -> str:
+    rows = [r for lab in data["labs"].values() for r in lab.values()]
+    muts = [m for lab in data["mutants"].values() for m in lab]
+    good = sum(r["as_expected"] for r in rows) + sum(m["as_expected"] for m in muts)
+    lines = [
+        "# Grading validation",
+        "",
+        "The grader run on known-good, known-bad and deliberately wrong submissions (negative controls) of",
+        "every lab, with the score and flags each must get. Made by `python bench/bench_validation.py`",
+        "(it explains what it grades, and how); rendered from `grading/validation.json`.",
+        "`tests/unit/test_validation.py` fails while a crafted kind or a mutant is missing here, when a",
+        "verdict is not as expected, or when `lab_utils/grading` changed since this was made.",
+        "",
+        f"- **Made:** {data['date']}, in {data['wall_s'] / 60:.0f} minutes",
+        f"- **Machine:** {data['machine']}",
+        f"- **Commit:** {data['commit']}; `lab_utils/grading` {data['grading_code'][:12]}",
+        f"- **Verdicts:** {good} of {len(rows) + len(muts)} as expected "
+        f"({len(rows)} graded submissions, {len(muts)} mutants)",
+        "",
+        'A score is the autograded points; "flags" are the grader\'s flag kinds (timing noise, which never',
+        "costs points, is listed apart). A kind joined with `+` is one submission spoilt in several cells.",
+    ]
+    for lab, students in data["labs"].items():
+        lines += [
+            "",
+            f"## {lab}",
+            "",
+            "| submission | kinds | expected score | score | expected flags | flags | verdict |",
+            "|---|---|---:|---:|---|---|---|",
+        ]
+        for student, r in students.items():
+            flags = ", ".join(r["flags"]) or "none"
+            if r["noise"]:
+                flags += f" (noise: {', '.join(r['noise'])})"
+            score = "–" if r["score"] is None else f"{r['score']:g} / {r['max_score']:g}"
+            lines.append(
+                f"| {student} | `{_cell(r['kinds'])}` | {r['expected_score']:g} | {score} | "
+                f"{_cell(', '.join(r['expected_flags']) or 'none')} | {_cell(flags)} | "
+                f"{'as expected' if r['as_expected'] else '**NOT AS EXPECTED**'} |"
+            )
+        if data["mutants"].get(lab):
+            lines += [
+                "",
+                f"Mutants of {lab} (`tests/unit/test_mutants.py`), run against their exercise's visible checks:",
+                "",
+                "| exercise | mistake | caught | what the visible check says | verdict |",
+                "|---|---|---|---|---|",
+            ]
+            for m in data["mutants"][lab]:
+                lines.append(
+                    f"| `{m['exercise']}` | {_cell(m['mistake'])} | {'yes' if m['caught'] else 'no'} | "
+                    f"{_cell(m['message'][:160])} | {'as expected' if m['as_expected'] else '**NOT AS EXPECTED**'} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--labs", default="", help="comma-separated labs (default: all; the files keep the others)")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="submissions at once")
+    parser.add_argument("--render", action="store_true", help="only render VALIDATION.md from validation.json")
+    args = parser.parse_args(argv)
+    if args.render:
+        MARKDOWN.write_text(render(json.loads(JSON.read_text())))
+        print(f"wrote {MARKDOWN}")
+        return 0
+    labs = layout.select_labs([x for x in args.labs.split(",") if x])
+    from lab_utils.grading.sandbox import cgroup_support
+
+    t0 = time.monotonic()
+    graded = grade(labs, args.jobs)
+    mutated = mutants(labs)
+    isolated = cgroup_support() is not None
+    old = json.loads(JSON.read_text()) if JSON.is_file() and args.labs else {"labs": {}, "mutants": {}}
+    data = {
+        "date": datetime.date.today().isoformat(),
+        "machine": _machine(isolated),
+        "commit": _commit(),
+        "grading_code": grading_code_hash(),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "labs": {
+            lab: {**old["labs"], **graded}[lab] for lab in layout.source_labs() if lab in {**old["labs"], **graded}
+        },
+        "mutants": {
+            lab: {**old["mutants"], **mutated}[lab]
+            for lab in layout.source_labs()
+            if lab in {**old["mutants"], **mutated}
+        },
+    }
+    JSON.write_text(json.dumps(data, indent=1) + "\n")
+    MARKDOWN.write_text(render(data))
+    bad = [f"{lab} {s}" for lab, rows in data["labs"].items() for s, r in rows.items() if not r["as_expected"]] + [
+        f"{lab} {m['exercise']}: {m['mistake']}"
+        for lab, ms in data["mutants"].items()
+        for m in ms
+        if not m["as_expected"]
+    ]
+    print(
+        f"wrote {JSON} and {MARKDOWN}"
+        + (f"; NOT AS EXPECTED: {', '.join(bad)}" if bad else "; every verdict as expected")
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
