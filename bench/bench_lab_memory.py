@@ -58,9 +58,11 @@ def measure(lab: str, full: bool, limit_mb: int, timeout_s: float, cpus: float =
             tail = (Path(tmp) / "run.log").read_text(errors="replace").splitlines()[-5:]
             scaled = _scaled_down(Path(tmp) / f"{lab}.ipynb")
             recorded = _recorded(Path(tmp) / "summary.json")
-            if keep is not None and (Path(tmp) / f"{lab}.ipynb").is_file():  # the lecture decks' figures
+            if keep is not None:  # the lecture decks' figures: a whole run's only, never an earlier one's
                 keep.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(Path(tmp) / f"{lab}.ipynb", keep / f"{lab}.ipynb")
+                (keep / f"{lab}.ipynb").unlink(missing_ok=True)
+                if rc == 0 and (Path(tmp) / f"{lab}.ipynb").is_file():
+                    shutil.copy2(Path(tmp) / f"{lab}.ipynb", keep / f"{lab}.ipynb")
         finally:
             box.close()
     return {

@@ -18,11 +18,15 @@ grader's environment as the crafted-class test has them:
   solution with one typical mistake), run against its exercise's visible checks as a student
   runs them: each must be caught, with a message that names the mistake.
 
-``grading/validation.json`` keeps the expected and actual score and flags of each, the date, the
-machine, the commit and a hash of ``lab_utils/grading``; ``grading/VALIDATION.md`` is rendered
-from it. ``tests/unit/test_validation.py`` fails while a crafted kind or a mutant is missing from
-it, when a verdict is not "as expected", or when ``lab_utils/grading`` changed since it was made.
-Exit status 1 when a verdict is not as expected (the files are written all the same).
+``grading/validation.json`` keeps the expected and actual score and flags of each, and per lab the
+date, the machine, the commit and a hash of what the verdicts depend on (:data:`VERDICT_INPUTS`:
+the grader in ``lab_utils/grading``, the labs' sources and grading settings, the crafted kinds, the
+mutants); ``grading/VALIDATION.md`` is rendered from it. ``tests/unit/test_validation.py`` fails
+while a crafted kind or a mutant is missing from it, when a verdict is not "as expected" (recomputed
+from the plan as it is now), or when an input changed since it was made. ``--labs`` grades those
+labs again and keeps the others' rows with their own provenance. Needs root (an isolated grader:
+without one the sandbox's limits go unchecked). Exit status 1 when a verdict is not as expected
+(the files are written all the same).
 """
 
 from __future__ import annotations
@@ -51,7 +55,18 @@ from lab_utils.grading import layout  # noqa: E402
 
 JSON = REPO / "grading" / "validation.json"
 MARKDOWN = REPO / "grading" / "VALIDATION.md"
-GRADING_CODE = REPO / "lab_utils" / "grading"
+#: what the verdicts depend on: the grader, the labs' sources (their hidden tests) and grading
+#: settings, the crafted submissions and the mutants. A change to any of them dates the validation.
+VERDICT_INPUTS = (
+    "lab_utils/grading",
+    "grading/source",
+    "grading/settings.yml",
+    "tests/support/crafted.py",
+    "tests/support/hostile.py",
+    "tests/unit/test_mutants.py",
+)
+#: in the grading package for its command line, but lecture material, not the grader
+NOT_THE_GRADER = ("lab_utils/grading/slides.py", "lab_utils/grading/templates/slides/")
 #: per-lab settings beside the instructor's: Lab 1's crafted class's (a short cell timeout for its
 #: endless loop, a small disk for its filler). (Lab 5's half-done submission hangs a cell for the
 #: instructor's whole cell timeout: a shorter one for the lab cut its known-good cells short on a
@@ -59,12 +74,30 @@ GRADING_CODE = REPO / "lab_utils" / "grading"
 OVERRIDES = {crafted.CLASS_LAB: crafted.CLASS_SETTINGS}
 
 
-def grading_code_hash(folder: Path = GRADING_CODE) -> str:
-    """SHA-256 of every file of the grading package (its path and bytes; caches left out): what
-    the validation was made with."""
+def _input_files(root: Path = REPO) -> list[str]:
+    """The verdict inputs' files: git's tracked ones (an editor's swap file is not an input), or
+    every file where this is no git checkout."""
+    run = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--", *VERDICT_INPUTS], capture_output=True, text=True
+    )
+    if run.returncode == 0 and run.stdout:
+        files = run.stdout.strip("\0").split("\0")
+    else:
+        files = [
+            str(p.relative_to(root))
+            for base in VERDICT_INPUTS
+            for p in ([root / base] if (root / base).is_file() else sorted((root / base).rglob("*")))
+            if p.is_file() and "__pycache__" not in p.parts
+        ]
+    return sorted(f for f in files if not f.startswith(NOT_THE_GRADER))
+
+
+def inputs_hash(root: Path = REPO) -> str:
+    """SHA-256 of the verdict inputs as they are in the working tree (paths and bytes)."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in _input_files(root):
+        path = root / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"(deleted)") + b"\0")
     return digest.hexdigest()
 
 
@@ -81,14 +114,10 @@ def _flag_kinds(result: dict) -> set[str]:
 
 
 def verdict(result: dict, points: dict[str, float], lost: list[str], flags: tuple[str, ...]) -> dict:
-    """One submission's row: expected and actual score and flags, and whether they agree (as the
-    crafted-class tests judge them: timing noise is not a flag; without an isolated sandbox, the
-    flags only one raises are not expected)."""
-    isolated = result.get("provenance", {}).get("sandbox", "").startswith("isolated")
-    want = set(flags) - (set() if isolated else crafted.ISOLATED_ONLY)
+    """One submission's row: expected and actual score and flags, and whether they agree (timing
+    noise, which never costs points, is not a flag; the grader is an isolated one: :func:`main`)."""
+    want = set(flags)
     got = _flag_kinds(result) - crafted.NOISE_FLAGS
-    if not isolated:  # it runs as the grader: what it quotes is the grader's own
-        got -= {"quoted hidden tests", "quoted solution", "quoted reference"}
     expected_score = sum(points.values()) - sum(points[g] for g in lost)
     cells = {c["grade_id"]: c for c in result.get("cells", [])}
     score = sum(c["score"] for c in cells.values()) if result.get("status") == "graded" else None
@@ -175,13 +204,12 @@ def mutants(labs: list[str], progress=print) -> dict:
     return out
 
 
-def _machine(isolated: bool) -> str:
+def _machine() -> str:
     import psutil
 
     cores = len(os.sched_getaffinity(0))
     mem = psutil.virtual_memory().total / 2**30
-    how = "isolated sandboxes (root, cgroups)" if isolated else "unisolated sandboxes (no root: as the grader)"
-    return f"{platform.machine()}, {cores} CPUs, {mem:.0f} GiB, Python {platform.python_version()}; {how}"
+    return f"{platform.machine()}, {cores} CPUs, {mem:.0f} GiB, Python {platform.python_version()}; isolated sandboxes"
 
 
 def _commit() -> str:
@@ -208,11 +236,14 @@ def render(data: dict) -> str:
         "every lab, with the score and flags each must get. Made by `python bench/bench_validation.py`",
         "(it explains what it grades, and how); rendered from `grading/validation.json`.",
         "`tests/unit/test_validation.py` fails while a crafted kind or a mutant is missing here, when a",
-        "verdict is not as expected, or when `lab_utils/grading` changed since this was made.",
+        "verdict is not as expected, or when what the verdicts depend on (the grader in `lab_utils/grading`,",
+        "the labs' sources and grading settings, the crafted kinds, the mutants) changed since it was made.",
         "",
-        f"- **Made:** {data['date']}, in {data['wall_s'] / 60:.0f} minutes",
-        f"- **Machine:** {data['machine']}",
-        f"- **Commit:** {data['commit']}; `lab_utils/grading` {data['grading_code'][:12]}",
+        f"- **Made:** {', '.join(sorted({m['date'] for m in data['made'].values()}))}",
+        f"- **Machine:** {', '.join(sorted({m['machine'] for m in data['made'].values()}))}",
+        "- **Commit and verdict inputs** (the grader, the labs' sources and settings, the crafted kinds, the "
+        "mutants; `inputs` is their hash): "
+        + "; ".join(f"{lab} at {m['commit']}, inputs {m['inputs'][:12]}" for lab, m in data["made"].items()),
         f"- **Verdicts:** {good} of {len(rows) + len(muts)} as expected "
         f"({len(rows)} graded submissions, {len(muts)} mutants)",
         "",
@@ -253,6 +284,18 @@ def render(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merge(old: dict, graded: dict, mutated: dict, made: dict) -> dict:
+    """``old`` with these labs' rows, mutants and provenance in their place, in the labs' order:
+    each lab keeps the provenance of the run that made its rows."""
+    order = layout.source_labs()
+
+    def pick(key: str, new: dict) -> dict:
+        both = {**old.get(key, {}), **new}
+        return {lab: both[lab] for lab in order if lab in both}
+
+    return {"made": pick("made", made), "labs": pick("labs", graded), "mutants": pick("mutants", mutated)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--labs", default="", help="comma-separated labs (default: all; the files keep the others)")
@@ -266,26 +309,25 @@ def main(argv=None) -> int:
     labs = layout.select_labs([x for x in args.labs.split(",") if x])
     from lab_utils.grading.sandbox import cgroup_support
 
+    if cgroup_support() is None:  # without it the limits, the private disk and IPC go unchecked
+        print(
+            "bench_validation: needs root and cgroups: the published validation is an isolated grader's",
+            file=sys.stderr,
+        )
+        return 2
     t0 = time.monotonic()
     graded = grade(labs, args.jobs)
     mutated = mutants(labs)
-    isolated = cgroup_support() is not None
-    old = json.loads(JSON.read_text()) if JSON.is_file() and args.labs else {"labs": {}, "mutants": {}}
-    data = {
+    made = {
         "date": datetime.date.today().isoformat(),
-        "machine": _machine(isolated),
+        "machine": _machine(),
+        "isolated": True,
         "commit": _commit(),
-        "grading_code": grading_code_hash(),
+        "inputs": inputs_hash(),
         "wall_s": round(time.monotonic() - t0, 1),
-        "labs": {
-            lab: {**old["labs"], **graded}[lab] for lab in layout.source_labs() if lab in {**old["labs"], **graded}
-        },
-        "mutants": {
-            lab: {**old["mutants"], **mutated}[lab]
-            for lab in layout.source_labs()
-            if lab in {**old["mutants"], **mutated}
-        },
     }
+    old = json.loads(JSON.read_text()) if JSON.is_file() and args.labs else {"labs": {}, "mutants": {}, "made": {}}
+    data = merge(old, graded, mutated, {lab: made for lab in labs})
     JSON.write_text(json.dumps(data, indent=1) + "\n")
     MARKDOWN.write_text(render(data))
     bad = [f"{lab} {s}" for lab, rows in data["labs"].items() for s, r in rows.items() if not r["as_expected"]] + [

@@ -238,7 +238,7 @@ class PrivateNetwork(BaseNetwork):
         if self.destroyed or self.holder is None:
             return self.final_loopback
         counts = loopback_of(self.holder.pid)
-        if counts is None:  # the holder ended between the check and the read: destroy read them
+        if counts is None or self.destroyed:  # it went while this read: the counts destroy() read are the last
             return self.final_loopback
         return f"lo@{self.holder.pid}", counts
 

@@ -4,7 +4,7 @@ with Jupyter's own slides export, for a lecture room with no internet.
 ::
 
     python -m lab_utils.grading slides                   # make slides: slides/build/index.html
-    python -m lab_utils.grading slides --figures-from DIR  # take the figures from executed labs
+    python -m lab_utils.grading slides --figures-from DIR --tier "..."   # the figures from executed labs
 
 Each deck is markdown cells with slide metadata (``slideshow.slide_type``: ``slide``,
 ``subslide``, ``fragment``, ``notes`` for what the instructor says), and figure cells: a code
@@ -96,9 +96,7 @@ def take_figures(
         for _, ref in deck_figures(json.loads(deck.read_text())):
             wanted.setdefault(figure_name(ref), {**ref, "deck": deck.name})
     notebooks: dict[str, dict] = {}
-    figures = {}
-    if out.exists():
-        shutil.rmtree(out)
+    taken: dict[str, bytes] = {}  # every figure found before anything is replaced: a refusal keeps `out` whole
     for name, ref in sorted(wanted.items()):
         path = Path(executed) / f"{ref['lab']}.ipynb"
         if ref["lab"] not in notebooks:
@@ -112,10 +110,13 @@ def take_figures(
                 f"{ref['deck']} shows figure {ref['output']} of {ref['lab']}'s cell {ref['cell']}; "
                 f"{path} has {len(pngs)} figure(s) there{'' if cell is not None else ' (no such cell)'}"
             )
-        target = out / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(pngs[ref["output"]])
-        figures[name] = hashlib.sha256(pngs[ref["output"]]).hexdigest()
+        taken[name] = pngs[ref["output"]]
+    if out.exists():
+        shutil.rmtree(out)
+    for name, png in taken.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(png)
+    figures = {name: hashlib.sha256(png).hexdigest() for name, png in taken.items()}
     manifest = {
         "about": "The labs' own figures the lecture decks show, taken from executed notebooks by "
         "`python -m lab_utils.grading slides --figures-from DIR`; never edited by hand.",
@@ -162,13 +163,18 @@ def load_figure(ref: dict, figures: Path = FIGURES) -> bytes:
     return data
 
 
+def installed(tools: Path = TOOLS, folder: Path = DECKS) -> bool:
+    """Whether the pinned packages of ``folder``'s lock are installed whole in ``tools``."""
+    marker = tools / "installed.lock"
+    return marker.is_file() and marker.read_bytes() == (folder / "package-lock.json").read_bytes()
+
+
 def install_libraries(tools: Path = TOOLS, folder: Path = DECKS) -> Path:
     """The pinned npm packages, installed into ``tools`` with ``npm ci`` when they are not yet
     (or the lock changed); returns their ``node_modules``."""
     lock = folder / "package-lock.json"
     modules = tools / "node_modules"
-    installed = tools / "package-lock.json"
-    if modules.is_dir() and installed.is_file() and installed.read_bytes() == lock.read_bytes():
+    if installed(tools, folder):
         return modules
     npm = shutil.which("npm")
     if npm is None:
@@ -177,14 +183,18 @@ def install_libraries(tools: Path = TOOLS, folder: Path = DECKS) -> Path:
             "install Node.js (20 or later), then run make slides again"
         )
     tools.mkdir(parents=True, exist_ok=True)
+    marker = tools / "installed.lock"  # written last: a cut-short install is never taken for a whole one
+    marker.unlink(missing_ok=True)
     for name in ("package.json", "package-lock.json"):
         shutil.copy2(folder / name, tools / name)
-    run = subprocess.run(
-        [npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=tools, capture_output=True, text=True, timeout=600
-    )
+    command = [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--silent"]
+    try:
+        run = subprocess.run(command, cwd=tools, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"npm ci in {tools} took over 10 minutes: is the npm registry reachable?") from None
     if run.returncode != 0:
-        installed.unlink(missing_ok=True)
         raise RuntimeError(f"npm ci in {tools} failed ({run.returncode}):\n{run.stderr.strip()[-2000:]}")
+    shutil.copy2(lock, marker)
     return modules
 
 
@@ -202,7 +212,8 @@ def build(
     from nbconvert import SlidesExporter
 
     modules = install_libraries(folder=folder)
-    chosen = [d for d in decks(folder) if labs is None or d.stem in set(labs)]
+    labs = None if labs is None else set(labs)
+    chosen = [d for d in decks(folder) if labs is None or d.stem in labs]
     if not chosen:
         raise LookupError(f"no slides notebook in {folder}" + (f" for {', '.join(labs)}" if labs else ""))
     out.mkdir(parents=True, exist_ok=True)
@@ -239,7 +250,7 @@ def build(
         path.write_text(body)
         written.append(path)
         progress(f"wrote {path}")
-    (out / "index.html").write_text(_index(written, figures))
+    (out / "index.html").write_text(_index(sorted(out.glob("*.slides.html")), figures))  # earlier builds' too
     return written
 
 

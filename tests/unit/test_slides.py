@@ -93,11 +93,28 @@ def test_a_figure_the_run_did_not_draw_is_refused_naming_the_cell(tmp_path):
     decks.mkdir(), runs.mkdir()
     _deck(decks, "03_ps_sync", "abc12345", output=2)
     _executed(runs, "03_ps_sync", "abc12345", n_figures=2)
+    kept = tmp_path / "figures"
+    (kept / "03_ps_sync").mkdir(parents=True)
+    (kept / "figures.json").write_text("{}")
+    (kept / "03_ps_sync" / "abc12345-0.png").write_bytes(PNG)
     with pytest.raises(LookupError, match=r"figure 2 of 03_ps_sync's cell abc12345; .* has 2 figure\(s\) there"):
-        slides.take_figures(runs, tier="t", folder=decks, out=tmp_path / "figures")
+        slides.take_figures(runs, tier="t", folder=decks, out=kept)
+    assert sorted(p.name for p in kept.rglob("*")) == ["03_ps_sync", "abc12345-0.png", "figures.json"], "kept whole"
     (runs / "03_ps_sync.ipynb").unlink()
     with pytest.raises(LookupError, match="03_ps_sync.ipynb does not exist"):
         slides.take_figures(runs, tier="t", folder=decks, out=tmp_path / "figures")
+
+
+def test_an_install_cut_short_is_not_taken_for_a_whole_one(tmp_path, monkeypatch):
+    """The marker is written after npm ci succeeded: a failed install leaves none."""
+    tools = tmp_path / "tools"
+    monkeypatch.setattr(slides.shutil, "which", lambda name: "/bin/false")
+    monkeypatch.setattr(
+        slides.subprocess, "run", lambda *a, **k: slides.subprocess.CompletedProcess(a, 1, "", "network down")
+    )
+    with pytest.raises(RuntimeError, match="network down"):
+        slides.install_libraries(tools=tools)
+    assert (tools / "package-lock.json").is_file() and not slides.installed(tools)
 
 
 def test_without_npm_the_build_says_how_to_get_it(tmp_path, monkeypatch):
