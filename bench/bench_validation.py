@@ -225,6 +225,18 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _provenance(made: dict) -> str:
+    """Which labs were graded at which commit with which inputs, grouped."""
+    groups: dict[tuple, list] = {}
+    for lab, m in made.items():
+        groups.setdefault((m["commit"], m["inputs"][:12]), []).append(lab)
+    every = len(groups) == 1
+    return "; ".join(
+        f"{'every lab' if every else ', '.join(labs)} at {commit}, inputs {inputs}"
+        for (commit, inputs), labs in groups.items()
+    )
+
+
 def render(data: dict) -> str:
     rows = [r for lab in data["labs"].values() for r in lab.values()]
     muts = [m for lab in data["mutants"].values() for m in lab]
@@ -241,9 +253,8 @@ def render(data: dict) -> str:
         "",
         f"- **Made:** {', '.join(sorted({m['date'] for m in data['made'].values()}))}",
         f"- **Machine:** {', '.join(sorted({m['machine'] for m in data['made'].values()}))}",
-        "- **Commit and verdict inputs** (the grader, the labs' sources and settings, the crafted kinds, the "
-        "mutants; `inputs` is their hash): "
-        + "; ".join(f"{lab} at {m['commit']}, inputs {m['inputs'][:12]}" for lab, m in data["made"].items()),
+        "- **Commit and verdict inputs** (`inputs`: the hash of the grader, the labs' sources and settings, the "
+        "crafted kinds and the mutants): " + _provenance(data["made"]),
         f"- **Verdicts:** {good} of {len(rows) + len(muts)} as expected "
         f"({len(rows)} graded submissions, {len(muts)} mutants)",
         "",
@@ -316,16 +327,17 @@ def main(argv=None) -> int:
         )
         return 2
     t0 = time.monotonic()
+    made = {"date": datetime.date.today().isoformat(), "machine": _machine(), "isolated": True}
+    made |= {"commit": _commit(), "inputs": inputs_hash()}  # what is graded: as the run starts
     graded = grade(labs, args.jobs)
     mutated = mutants(labs)
-    made = {
-        "date": datetime.date.today().isoformat(),
-        "machine": _machine(),
-        "isolated": True,
-        "commit": _commit(),
-        "inputs": inputs_hash(),
-        "wall_s": round(time.monotonic() - t0, 1),
-    }
+    if inputs_hash() != made["inputs"]:
+        print(
+            "bench_validation: the grader, a lab's source or a crafted kind changed during the run: run it again",
+            file=sys.stderr,
+        )
+        return 2
+    made["wall_s"] = round(time.monotonic() - t0, 1)
     old = json.loads(JSON.read_text()) if JSON.is_file() and args.labs else {"labs": {}, "mutants": {}, "made": {}}
     data = merge(old, graded, mutated, {lab: made for lab in labs})
     JSON.write_text(json.dumps(data, indent=1) + "\n")
