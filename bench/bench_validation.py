@@ -207,7 +207,9 @@ def mutants(labs: list[str], progress=print) -> dict:
 def _machine() -> str:
     import psutil
 
-    cores = len(os.sched_getaffinity(0))
+    from lab_utils import resources
+
+    cores = resources.usable_cores()
     mem = psutil.virtual_memory().total / 2**30
     return f"{platform.machine()}, {cores} CPUs, {mem:.0f} GiB, Python {platform.python_version()}; isolated sandboxes"
 

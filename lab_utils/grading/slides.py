@@ -35,6 +35,8 @@ import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from lab_utils import resources
+from lab_utils.grading import results
 from lab_utils.grading.layout import REPO_ROOT
 
 __all__ = ["BUILD", "DECKS", "FIGURES", "build", "deck_figures", "decks", "take_figures"]
@@ -122,28 +124,13 @@ def take_figures(
         "`python -m lab_utils.grading slides --figures-from DIR`; never edited by hand.",
         "tier": tier,
         "taken": datetime.date.today().isoformat(),
-        "commit": commit or _commit(),
-        "machine": f"{platform.machine()}, {_cpus()} CPUs, Python {platform.python_version()}",
+        "commit": commit or (results.provenance()["lab_utils_commit"] or "unknown")[:7],
+        "machine": f"{platform.machine()}, {resources.usable_cores()} CPUs, Python {platform.python_version()}",
         "figures": figures,
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "figures.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError) as exc:
-        return f"unknown ({exc})"
-
-
-def _cpus() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0))
 
 
 def load_figure(ref: dict, figures: Path = FIGURES) -> bytes:
