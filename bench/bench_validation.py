@@ -19,9 +19,9 @@ grader's environment as the crafted-class test has them:
   runs them: each must be caught, with a message that names the mistake.
 
 ``grading/validation.json`` keeps the expected and actual score and flags of each, and per lab the
-date, the machine, the commit and a hash of what the verdicts depend on (:data:`VERDICT_INPUTS`:
-the grader in ``lab_utils/grading``, the labs' sources and grading settings, the crafted kinds, the
-mutants); ``grading/VALIDATION.md`` is rendered from it. ``tests/unit/test_validation.py`` fails
+date, the machine, the commit and a hash of what its verdicts depend on (:data:`VERDICT_INPUTS`:
+the grader in ``lab_utils/grading``, the lab's own source, the grading settings, the crafted kinds,
+the mutants; :func:`inputs_hash`); ``grading/VALIDATION.md`` is rendered from it. ``tests/unit/test_validation.py`` fails
 while a crafted kind or a mutant is missing from it, when a verdict is not "as expected" (recomputed
 from the plan as it is now), or when an input changed since it was made. ``--labs`` grades those
 labs again and keeps the others' rows with their own provenance. Needs root (an isolated grader:
@@ -92,10 +92,20 @@ def _input_files(root: Path = REPO) -> list[str]:
     return sorted(f for f in files if not f.startswith(NOT_THE_GRADER))
 
 
-def inputs_hash(root: Path = REPO) -> str:
-    """SHA-256 of the verdict inputs as they are in the working tree (paths and bytes)."""
+def _another_labs(name: str, lab: str) -> bool:
+    parts = name.split("/")
+    return parts[:2] == ["grading", "source"] and len(parts) > 3 and parts[2] != lab
+
+
+def inputs_hash(root: Path = REPO, lab: str | None = None) -> str:
+    """SHA-256 of the verdict inputs as they are in the working tree (paths and bytes). With
+    ``lab``, of that lab's: the other labs' sources are left out, so a change to one lab's
+    source dates only its rows (the grader, the settings, the crafted kinds and the mutants
+    date every lab's)."""
     digest = hashlib.sha256()
     for name in _input_files(root):
+        if lab is not None and _another_labs(name, lab):
+            continue
         path = root / name
         digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"(deleted)") + b"\0")
     return digest.hexdigest()
@@ -229,14 +239,10 @@ def _cell(text: str) -> str:
 
 def _provenance(made: dict) -> str:
     """Which labs were graded at which commit with which inputs, grouped."""
-    groups: dict[tuple, list] = {}
+    groups: dict[str, list] = {}
     for lab, m in made.items():
-        groups.setdefault((m["commit"], m["inputs"][:12]), []).append(lab)
-    every = len(groups) == 1
-    return "; ".join(
-        f"{'every lab' if every else ', '.join(labs)} at {commit}, inputs {inputs}"
-        for (commit, inputs), labs in groups.items()
-    )
+        groups.setdefault(m["commit"], []).append(f"{lab} {m['inputs'][:12]}")
+    return "; ".join(f"at {commit}: {', '.join(labs)}" for commit, labs in groups.items())
 
 
 def render(data: dict) -> str:
@@ -330,18 +336,20 @@ def main(argv=None) -> int:
         return 2
     t0 = time.monotonic()
     made = {"date": datetime.date.today().isoformat(), "machine": _machine(), "isolated": True}
-    made |= {"commit": _commit(), "inputs": inputs_hash()}  # what is graded: as the run starts
+    made["commit"] = _commit()
+    made_for = {lab: made | {"inputs": inputs_hash(lab=lab)} for lab in labs}  # what is graded: as the run starts
     graded = grade(labs, args.jobs)
     mutated = mutants(labs)
-    if inputs_hash() != made["inputs"]:
+    if any(inputs_hash(lab=lab) != m["inputs"] for lab, m in made_for.items()):
         print(
             "bench_validation: the grader, a lab's source or a crafted kind changed during the run: run it again",
             file=sys.stderr,
         )
         return 2
-    made["wall_s"] = round(time.monotonic() - t0, 1)
+    for m in made_for.values():
+        m["wall_s"] = round(time.monotonic() - t0, 1)
     old = json.loads(JSON.read_text()) if JSON.is_file() and args.labs else {"labs": {}, "mutants": {}, "made": {}}
-    data = merge(old, graded, mutated, {lab: made for lab in labs})
+    data = merge(old, graded, mutated, made_for)
     JSON.write_text(json.dumps(data, indent=1) + "\n")
     MARKDOWN.write_text(render(data))
     bad = [f"{lab} {s}" for lab, rows in data["labs"].items() for s, r in rows.items() if not r["as_expected"]] + [

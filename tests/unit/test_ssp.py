@@ -352,6 +352,28 @@ def test_staleness_table_and_compare():
         ssp_runs.staleness_counts(runs, top=-1)
 
 
+def test_straggler_extra_is_the_straggler_step_less_the_others_own_work():
+    # worker:0 works 0.1 s a step and waits 0.3 s for worker:1, whose steps take 0.4 s
+    fast = events("worker:0", [(c, c) for c in range(5)])
+    slow = events("worker:1", [(c, c) for c in range(5)])
+    for k, e in enumerate(fast):
+        e["time"], e["wait"] = 10.0 + 0.4 * k, (0.3 if k else 0.0)
+    for k, e in enumerate(slow):
+        e["time"] = 10.05 + 0.4 * k
+    r = ssp_run(0)
+    r.events = pd.DataFrame(fast + slow)
+    assert ssp_runs.straggler_extra(r) == pytest.approx(0.3)
+    assert ssp_runs.compare([r])["straggler extra (s/step)"].iloc[0] == pytest.approx(0.3)
+    r.results["worker:1"]["straggler_delay"] = 0.0  # no straggler: nothing extra
+    assert ssp_runs.straggler_extra(r) == 0.0
+    r.results["worker:1"]["straggler_delay"] = 0.03
+    r.events = pd.DataFrame(fast[:1] + slow)  # one step: no interval to measure
+    assert math.isnan(ssp_runs.straggler_extra(r))
+    r.events = pd.DataFrame(fast + slow).drop(columns="time")
+    with pytest.raises(ValueError, match="no time"):
+        ssp_runs.straggler_extra(r)
+
+
 def test_compare_counts_violations():
     r = ssp_run(1)
     r.results["worker:0"]["staleness_bound"] = 0  # the events show up to 1 step ahead: above s=0

@@ -86,18 +86,18 @@ def test_every_expectation_is_the_plans_and_every_verdict_holds(data):
 
 
 def test_it_was_made_by_an_isolated_grader_with_the_inputs_as_they_are(bench, data):
-    now = bench.inputs_hash()
     assert set(data["made"]) == set(data["labs"])
     for lab, made in data["made"].items():
         assert made["isolated"] and made["date"] and made["machine"] and made["commit"], (lab, made)
-        assert made["inputs"] == now, (
+        assert made["inputs"] == bench.inputs_hash(lab=lab), (
             f"{lab}: the grader, a lab's source or settings, a crafted kind or a mutant changed since "
             "grading/VALIDATION.md was made: python bench/bench_validation.py (as root)"
         )
 
 
-def test_the_inputs_hash_sees_the_grader_and_not_the_slides(bench, tmp_path):
-    """A change to the grader dates the validation; one to the lecture decks' code does not."""
+def test_the_inputs_hash_sees_the_grader_and_each_labs_own_source_and_not_the_slides(bench, tmp_path):
+    """A change to the grader dates every lab's validation, one to a lab's source that lab's; one to
+    the lecture decks' code none."""
     import shutil
 
     for name in bench._input_files():
@@ -108,6 +108,13 @@ def test_the_inputs_hash_sees_the_grader_and_not_the_slides(bench, tmp_path):
     assert bench.inputs_hash(tmp_path) == before
     (tmp_path / "lab_utils/grading/slides.py").write_text("# lecture material, changed\n")
     assert bench.inputs_hash(tmp_path) == before
+    per_lab = {lab: bench.inputs_hash(tmp_path, lab=lab) for lab in ("01_single_node", "06_communication")}
+    source = tmp_path / "grading/source/06_communication/06_communication.ipynb"
+    source.write_text(source.read_text() + "\n")
+    assert bench.inputs_hash(tmp_path) != before  # one lab's source: that lab's rows are dated, not the others'
+    assert bench.inputs_hash(tmp_path, lab="06_communication") != per_lab["06_communication"]
+    assert bench.inputs_hash(tmp_path, lab="01_single_node") == per_lab["01_single_node"]
     grader = tmp_path / "lab_utils/grading/batch.py"
     grader.write_text(grader.read_text() + "\n# changed\n")
     assert bench.inputs_hash(tmp_path) != before
+    assert bench.inputs_hash(tmp_path, lab="01_single_node") != per_lab["01_single_node"]  # the grader: every lab

@@ -10,7 +10,8 @@ A Lab 6 run is a Lab 2-3 parameter-server run in ``mode="ssp"``
 * :func:`check_bound`: every step of a run whose events show the bound broken (or
   cannot show it was kept); an empty table means it held at every step;
 * :func:`staleness_table` (per worker), :func:`compare` (one row per bound:
-  wall time, accuracy, staleness, time spent waiting), :func:`staleness_counts`;
+  wall time, accuracy, staleness, time spent waiting, the straggler's measured extra
+  time per step: :func:`straggler_extra`), :func:`staleness_counts`;
 * :func:`plot_staleness` (the staleness distribution per bound) and
   :func:`plot_progress` (each worker's clock against time). Accuracy against time
   is :func:`lab_utils.training.ps.runs.plot_accuracy` with ``x="time"``.
@@ -38,6 +39,7 @@ __all__ = [
     "sweep",
     "check_bound",
     "staleness_table",
+    "straggler_extra",
     "compare",
     "staleness_counts",
     "plot_staleness",
@@ -213,6 +215,37 @@ def staleness_table(run: PSRun) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("task")
 
 
+def _work_per_step(part: pd.DataFrame) -> float:
+    """A worker's own time per step: the intervals between its step events (steps tile its
+    loop) less the time each step waited for permission; its first step (no interval) is
+    left out. NaN with fewer than two steps."""
+    part = part.sort_values("local_step")
+    spans = part["time"].diff().iloc[1:] - part["wait"].iloc[1:]
+    return float(spans.mean()) if len(spans) else float("nan")
+
+
+def straggler_extra(run: PSRun) -> float:
+    """How much longer the straggler's steps took than the other workers' own work, in
+    seconds per step, measured from the step events: its time per step, less the mean of
+    the others' (each less its waits for permission). The ``delay`` it was given, plus
+    what the machine added (a sleep that wakes late on a busy machine, a slower step):
+    the time each of its steps keeps a fast worker waiting. 0.0 for a run without a
+    straggler; NaN when a worker has fewer than two steps."""
+    frame = _frame(run.events)
+    if "time" not in frame.columns:
+        raise ValueError("the step events have no time: the run's events were not read from its tasks")
+    slow = [t for t, r in run.results.items() if r.get("straggler_delay", 0.0) > 0]
+    if not slow:
+        return 0.0
+    if "wait" not in frame.columns:
+        frame = frame.assign(wait=0.0)
+    work = {task: _work_per_step(part) for task, part in frame.groupby("task", sort=True)}
+    others = [v for task, v in work.items() if task not in slow]
+    if not others:
+        return float("nan")
+    return float(np.mean([work.get(t, float("nan")) for t in slow]) - np.mean(others))
+
+
 def _time_to(run: PSRun, target: float) -> float:
     curve = run.accuracy_curve()
     reached = curve[curve["accuracy"] >= target]
@@ -222,8 +255,9 @@ def _time_to(run: PSRun, target: float) -> float:
 def compare(runs: Iterable[PSRun], target_accuracy: float | None = None) -> pd.DataFrame:
     """One row per SSP run: its bound, wall time, the slowest worker's training-loop
     time, test accuracy, global steps, local steps per worker, staleness mean and max
-    over every step, seconds every worker spent waiting, and the :func:`check_bound`
-    violations. With ``target_accuracy``, also the seconds from launch until the chief
+    over every step, seconds every worker spent waiting, the straggler's measured extra
+    time per step (:func:`straggler_extra`), and the :func:`check_bound` violations.
+    With ``target_accuracy``, also the seconds from launch until the chief
     first measured it (NaN: never)."""
     rows = []
     for run in runs:
@@ -241,6 +275,7 @@ def compare(runs: Iterable[PSRun], target_accuracy: float | None = None) -> pd.D
             "staleness mean": float(frame["staleness"].mean()),
             "staleness max": int(frame["staleness"].max()),
             "wait (s)": float(per_worker["wait (s)"].sum()),
+            "straggler extra (s/step)": straggler_extra(run),
             "violations": len(check_bound(frame, s)),
         }
         if target_accuracy is not None:
