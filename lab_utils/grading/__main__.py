@@ -181,14 +181,16 @@ _WRITES = {
     "ta-pages": ("ta",),
     "walkthroughs": ("walkthrough",),
 }
+#: commands that write nothing under the course root (the decks go to slides/build or --out)
+_WRITES_ELSEWHERE = frozenset({"slides"})
 
 
 def require_writable(root: Path, command: str) -> None:
     """ValueError, naming the folder and who cannot write it, unless ``command`` can write what
     it writes under ``root`` (a course laid out for a class is its instructors' group's: an
     account outside it reads an error here, not 300 lines of a read-only gradebook)."""
-    if not root.is_dir():
-        return  # no course here: the command says so itself
+    if not root.is_dir() or command in _WRITES_ELSEWHERE:
+        return  # no course here (the command says so itself), or nothing of it is written
     for name in (".", *_WRITES.get(command, ())):
         path = (root / name).resolve()
         while not path.exists():

@@ -420,6 +420,10 @@ def test_a_course_folder_the_grader_cannot_write_is_named_before_any_work(tmp_pa
     assert grading_main(["--root", str(root), "autograde", str(tmp_path / "submitted"), "--labs", "02"]) == 1
     err = capsys.readouterr().err
     assert f"{root / 'autograded'} is not writable by you" in err and "instructor" in err and not started
+    closed.add(root.resolve())  # the decks are written outside the course: a read-only course is no matter
+    cli.require_writable(root, "slides")
+    with pytest.raises(ValueError, match="is not writable by you"):
+        cli.require_writable(root, "feedback")
 
 
 @pytest.mark.parametrize("name", ["../evil.py", "/srv/labs/.venv/lib/x.pth", "sub/x.py", ".hidden.py"])
