@@ -38,6 +38,7 @@ __all__ = [
     "DTYPES",
     "case_input",
     "CountingComm",
+    "judge",
     "load_ring",
     "main",
 ]
@@ -100,18 +101,23 @@ def load_ring(path: str | Path):
 # ----------------------------------------------------------------------------- check
 
 
-def _judge(x: np.ndarray, before: np.ndarray, got, expected: np.ndarray, dtype: str) -> tuple[str | None, float | None]:
-    """(problem or None, relative error for floats) of one rank's result."""
+def judge(
+    got, expected: np.ndarray, dtype: str, x: np.ndarray, before: np.ndarray, mpi: str = "MPI's Allreduce"
+) -> tuple[str | None, float | None]:
+    """(problem or None, relative error for floats) of one rank's result ``got`` of a collective
+    on its input ``x`` (a copy of it as it was: ``before``), against ``expected``, what ``mpi``
+    (MPI's own collective) gave: same shape and dtype, the input left as it was, integers exact,
+    floats within :data:`FLOAT_RTOL`."""
     got = np.asarray(got)
-    if got.shape != x.shape or got.dtype != x.dtype:
-        return f"returned shape {got.shape} {got.dtype}, expected {x.shape} {x.dtype}", None
+    if got.shape != expected.shape or got.dtype != expected.dtype:
+        return f"returned shape {got.shape} {got.dtype}, expected {expected.shape} {expected.dtype}", None
     if not np.array_equal(x, before):
         return "changed its input buffer (return a new array)", None
     if dtype.startswith("int"):
         wrong = int(np.sum(got != expected))
-        return (f"{wrong} of {x.size} integer sums differ from MPI's Allreduce" if wrong else None), None
-    scale = float(np.max(np.abs(expected))) if x.size else 0.0
-    err = float(np.max(np.abs(got.astype(np.float64) - expected))) if x.size else 0.0
+        return (f"{wrong} of {expected.size} integer sums differ from {mpi}" if wrong else None), None
+    scale = float(np.max(np.abs(expected))) if expected.size else 0.0
+    err = float(np.max(np.abs(got.astype(np.float64) - expected))) if expected.size else 0.0
     rel = err / scale if scale else err
     return (f"relative error {rel:.2e} > {FLOAT_RTOL[dtype]:g}" if rel > FLOAT_RTOL[dtype] else None), rel
 
@@ -128,7 +134,7 @@ def _check_case(ring, comm, n: int, dtype: str, seed: int) -> dict:
     comm.Allreduce(x, expected, op=MPI.SUM)
     counting = CountingComm(comm)
     try:
-        problem, rel = _judge(x, before, ring(counting, x), expected, dtype)
+        problem, rel = judge(ring(counting, x), expected, dtype, x, before)
     except Exception as exc:  # noqa: BLE001 - the student's code: report it per case, then go on
         problem, rel = f"raised {type(exc).__name__}: {exc}", None
     gathered = comm.gather((problem, rel, counting.bytes_sent), root=0)

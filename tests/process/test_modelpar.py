@@ -1,0 +1,133 @@
+"""Lab 7 on real processes, with the instructor's solutions (the ``%%writefile`` cells of the
+draft notebook, grading/drafts/07_model_parallel): the equalities the lab claims (sharded and
+plain data parallelism, the split block and the whole one, a pipeline and one process), the bytes
+and the bubble against their formulas, and a typical mistake of each part caught.
+
+Kept small: Part B's MLP has 64 hidden units (the equality does not depend on the size), Part D's
+stages sleep 0.2 s per pass of the batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lab_utils.cluster import ClusterError
+from lab_utils.grading.scripts import writefile_scripts
+from lab_utils.training.modelpar import runs
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "grading" / "drafts" / "07_model_parallel" / "07_model_parallel.ipynb"
+
+
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory):
+    """The instructor's files, written where the runs can read them."""
+    folder = tmp_path_factory.mktemp("lab7")
+    for name, text in writefile_scripts(NOTEBOOK).items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def _mistake(folder, name, old, new):
+    """The instructor's file with one line changed: a typical mistake."""
+    text = (folder / name).read_text()
+    assert old in text, f"{name} no longer holds {old!r}: update the mistake"
+    path = folder / f"wrong_{name}"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+# ----------------------------------------------------------------------------- Part A
+
+
+@pytest.mark.parametrize("np_", [1, 3, 4])
+def test_the_two_halves_match_mpi_and_send_a_ring_halfs_bytes(ref, np_):
+    table = runs.check_collectives(ref / "collectives.py", np=np_, sizes=[0, 1, 5, 1001], dtypes=["int32", "float64"])
+    assert len(table) == 24 and table["ok"].all(), table[~table["ok"]].to_string()
+    for op, halves in (("reduce_scatter", 1), ("all_gather", 1), ("all_reduce", 2)):
+        sent = table[(table["operation"] == op) & (table["n"] == 1001) & (table["dtype"] == "float64")]
+        theory = halves * (np_ - 1) / np_ * 1001 * 8
+        assert all(abs(b - theory) <= halves * 8 for b in sent["bytes sent"].iloc[0]), (op, sent, theory)
+
+
+def test_a_reduce_scatter_that_does_not_sum_is_caught(ref):
+    wrong = _mistake(ref, "collectives.py", "acc[rlo:rhi] += buf", "acc[rlo:rhi] = buf")
+    table = runs.check_collectives(wrong, np=3, sizes=[10])
+    bad = table[~table["ok"]]
+    assert (
+        set(bad["operation"]) >= {"reduce_scatter"}
+        and "integer sums differ from MPI's Reduce_scatter" in (bad["problem"].iloc[0])
+    )
+
+
+# ----------------------------------------------------------------------------- Part B
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_sharded_state_ends_with_plain_data_parallelisms_weights_and_keeps_its_share(ref, np_):
+    common = {"np": np_, "steps": 50, "hidden": 64, "batch_size": 16, "progress": False}
+    plain = runs.run_zero(None, stage=0, **common)
+    sharded = [
+        runs.run_zero(ref / "zero.py", stage=s, collectives_file=ref / "collectives.py", **common) for s in (1, 2)
+    ]
+    table = runs.weights_table(sharded, plain)
+    assert (table["relative to the largest weight"] <= 1e-5).all(), table.to_string()
+    p = plain.params
+    want = {0: 12 * p, 1: 4 * p + 8 * p / np_, 2: 12 * p / np_}
+    for r in (plain, *sharded):
+        assert abs(r.state_bytes() / want[r.stage] - 1) <= 0.01, (r.stage, r.state_bytes(), want[r.stage])
+    assert all(b > 0 for r in sharded for b in r.result["bytes_sent"])  # the student's collectives carried it
+
+
+def test_a_gradient_summed_not_averaged_is_caught(ref):
+    wrong = _mistake(
+        ref, "zero.py", "ops.reduce_scatter(comm, grad) / np.float32(size)\n", "ops.reduce_scatter(comm, grad)\n"
+    )
+    common = {"np": 2, "steps": 5, "hidden": 32, "batch_size": 8, "progress": False}
+    plain = runs.run_zero(None, stage=0, **common)
+    table = runs.weights_table([runs.run_zero(wrong, stage=2, **common)], plain)
+    assert (table["relative to the largest weight"] > 1e-5).all()
+
+
+# ----------------------------------------------------------------------------- Part C
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_the_split_block_equals_the_whole_one_and_its_bytes_are_two_all_reduces(ref, np_):
+    table = runs.check_tensor_parallel(ref / "tensor.py", ref / "collectives.py", np=np_, d=16, f=64, batches=[4, 64])
+    assert table["ok"].all() and (table["max rel error"] <= 1e-5).all(), table.to_string()
+    for row in table.to_dict("records"):
+        tp = 2 * 2 * (np_ - 1) / np_ * row["batch"] * 16 * 4
+        dp = 2 * (np_ - 1) / np_ * 2 * 16 * 64 * 4
+        assert all(abs(b / tp - 1) <= 0.01 for b in row["bytes sent"]), (row, tp)
+        assert all(abs(b / dp - 1) <= 0.01 for b in row["data-parallel bytes"]), (row, dp)
+
+
+def test_a_backward_without_its_all_reduce_is_caught(ref):
+    wrong = _mistake(ref, "tensor.py", "dx = ops.all_reduce(comm, dh @ a_r.T)", "dx = dh @ a_r.T")
+    table = runs.check_tensor_parallel(wrong, ref / "collectives.py", np=2, d=8, f=16, batches=[4])
+    assert not table["ok"].any() and "dx off by" in table["problem"].iloc[0]
+
+
+# ----------------------------------------------------------------------------- Part D
+
+
+@pytest.fixture(scope="module")
+def pipe_ref():
+    return runs.run_pipeline(None, stages=1, batch_size=32, steps=3, progress=False)
+
+
+@pytest.mark.parametrize("stages, micro", [(2, 1), (2, 8), (4, 4)])
+def test_a_pipeline_ends_with_one_process_weights_and_its_bubble(ref, pipe_ref, stages, micro):
+    run = runs.run_pipeline(ref / "pipeline.py", stages=stages, micro_batches=micro, batch_size=32, steps=3,
+                            compute_s=0.2, progress=False)  # fmt: skip
+    row = runs.bubble_table([run], pipe_ref).iloc[0]
+    assert row["weights vs reference (max rel)"] <= 1e-5
+    theory = (stages - 1) / (micro + stages - 1)
+    assert abs(row["bubble (mean of stages)"] / theory - 1) <= 0.15, (row, theory)
+
+
+def test_a_schedule_that_forgets_a_backward_is_named_not_hung(ref):
+    wrong = _mistake(ref, "pipeline.py", "for i in reversed(range(m)):", "for i in reversed(range(m - 1)):")
+    with pytest.raises(ClusterError, match="went forward, never backward"):
+        runs.run_pipeline(wrong, stages=2, micro_batches=2, batch_size=8, steps=1, progress=False, timeout=60)
