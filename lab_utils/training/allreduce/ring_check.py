@@ -39,6 +39,7 @@ __all__ = [
     "case_input",
     "CountingComm",
     "judge",
+    "run_case",
     "load_ring",
     "main",
 ]
@@ -122,36 +123,42 @@ def judge(
     return (f"relative error {rel:.2e} > {FLOAT_RTOL[dtype]:g}" if rel > FLOAT_RTOL[dtype] else None), rel
 
 
-def _check_case(ring, comm, n: int, dtype: str, seed: int) -> dict:
-    """One case on every rank; every rank makes the same collective calls whatever
-    the student's function did (a rank that raised still gathers)."""
-    from mpi4py import MPI
-
-    rank, size = comm.Get_rank(), comm.Get_size()
-    x = case_input(n, dtype, rank, seed)
-    before = x.copy()
-    expected = np.empty_like(x)
-    comm.Allreduce(x, expected, op=MPI.SUM)
+def run_case(fn, comm, given: np.ndarray, expected: np.ndarray, mpi: str = "MPI's Allreduce", **fields) -> dict:
+    """The student's collective ``fn(comm, given)`` on every rank, judged against ``expected``
+    (:func:`judge`) and its bytes counted; every rank makes the same collective calls whatever
+    the student's function did (a rank that raised still gathers). Rank 0 gets the case's row
+    (``fields``, then ``np``, ``ok``, ``problem``, ``max_rel_err``, ``bytes_sent``, ``raised``);
+    the other ranks ``{"raised": ...}``."""
+    before = given.copy()
     counting = CountingComm(comm)
     try:
-        problem, rel = judge(ring(counting, x), expected, dtype, x, before)
+        problem, rel = judge(fn(counting, given), expected, given.dtype.name, given, before, mpi=mpi)
     except Exception as exc:  # noqa: BLE001 - the student's code: report it per case, then go on
         problem, rel = f"raised {type(exc).__name__}: {exc}", None
     gathered = comm.gather((problem, rel, counting.bytes_sent), root=0)
-    if rank != 0:
+    if comm.Get_rank() != 0:
         return {"raised": bool(problem and problem.startswith("raised"))}
     problems = {r: p for r, (p, _, _) in enumerate(gathered) if p}
     rels = [e for _, e, _ in gathered if e is not None]
     return {
-        "n": n,
-        "dtype": dtype,
-        "np": size,
+        **fields,
+        "np": comm.Get_size(),
         "ok": not problems,
         "problem": "; ".join(f"rank {r}: {p}" for r, p in problems.items()) or None,
         "max_rel_err": max(rels) if rels else None,
         "bytes_sent": [b for _, _, b in gathered],
         "raised": any(p.startswith("raised") for p in problems.values()),
     }
+
+
+def _check_case(ring, comm, n: int, dtype: str, seed: int) -> dict:
+    """One case of Lab 4's ring against MPI's Allreduce (:func:`run_case`)."""
+    from mpi4py import MPI
+
+    x = case_input(n, dtype, comm.Get_rank(), seed)
+    expected = np.empty_like(x)
+    comm.Allreduce(x, expected, op=MPI.SUM)
+    return run_case(ring, comm, x, expected, n=n, dtype=dtype)
 
 
 def _check(args, comm) -> None:

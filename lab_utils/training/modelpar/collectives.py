@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from lab_utils import report
-from lab_utils.training.allreduce.ring_check import DTYPES, CountingComm, case_input, judge
+from lab_utils.training.allreduce.ring_check import DTYPES, case_input, run_case
 from lab_utils.training.modelpar.shards import shard_bounds, shard_counts
 from lab_utils.training.student import student_function
 
@@ -82,32 +82,9 @@ def _reference(op: str, comm, x: np.ndarray, dtype: str) -> tuple[np.ndarray, np
 
 
 def _check_case(fn: Callable, op: str, comm, n: int, dtype: str, seed: int) -> dict:
-    """One case on every rank; every rank makes the same collective calls whatever the
-    student's function did (a rank that raised still gathers)."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    given, expected = _reference(op, comm, case_input(n, dtype, rank, seed), dtype)
-    before = given.copy()
-    counting = CountingComm(comm)
-    try:
-        problem, rel = judge(fn(counting, given), expected, dtype, given, before, mpi=MPI_NAMES[op])
-    except Exception as exc:  # noqa: BLE001 - the student's code: report it per case, then go on
-        problem, rel = f"raised {type(exc).__name__}: {exc}", None
-    gathered = comm.gather((problem, rel, counting.bytes_sent), root=0)
-    if rank != 0:
-        return {"raised": bool(problem and problem.startswith("raised"))}
-    problems = {r: p for r, (p, _, _) in enumerate(gathered) if p}
-    rels = [e for _, e, _ in gathered if e is not None]
-    return {
-        "operation": op,
-        "n": n,
-        "dtype": dtype,
-        "np": size,
-        "ok": not problems,
-        "problem": "; ".join(f"rank {r}: {p}" for r, p in problems.items()) or None,
-        "max_rel_err": max(rels) if rels else None,
-        "bytes_sent": [b for _, _, b in gathered],
-        "raised": any(p.startswith("raised") for p in problems.values()),
-    }
+    """One case of ``op`` against MPI's own collective (:func:`~lab_utils.training.allreduce.ring_check.run_case`)."""
+    given, expected = _reference(op, comm, case_input(n, dtype, comm.Get_rank(), seed), dtype)
+    return run_case(fn, comm, given, expected, mpi=MPI_NAMES[op], operation=op, n=n, dtype=dtype)
 
 
 def _check(args, comm) -> list[dict]:
