@@ -40,7 +40,7 @@ from lab_utils import resources
 from lab_utils.grading import layout, locks, nbapi, quotes, results, scripts
 from lab_utils.grading.gate import EXECUTED, READY, Admission, Gate, Turns
 from lab_utils.grading.late import late_flag, parse_due
-from lab_utils.grading.sandbox import Sandbox, SandboxError, cgroup_support
+from lab_utils.grading.sandbox import Sandbox, SandboxError, cgroup_support, remove_orphaned_cgroups
 from lab_utils.grading.settings import grading_settings
 from lab_utils.grading.unsafe import require_sandbox
 from lab_utils.grading.view import kernel_package, references_needed
@@ -192,6 +192,12 @@ class _Batch:
         coursedir = nbapi.course_api(root).coursedir
         self.course_id, self.db_url = coursedir.course_id, coursedir.db_url
         self.provenance = results.provenance()
+        if isolate is not False:  # what a grading killed before its cleanup left on this machine
+            removed, failed = remove_orphaned_cgroups()
+            if removed:
+                self.say(f"removed the sandboxes of a grading that died here: {', '.join(removed)}")
+            for line in failed:
+                self.say(f"warning: a dead grading's sandbox would not go: {line}")
 
     def make_templates(self, labs: list[str]) -> None:
         """The workers' templates (:func:`make_templates`), in this batch's folder."""

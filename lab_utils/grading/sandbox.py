@@ -39,6 +39,8 @@ __all__ = [
     "SandboxError",
     "cgroup_support",
     "leftover_cgroups",
+    "orphaned_cgroups",
+    "remove_orphaned_cgroups",
     "listening_ports",
     "own_cgroup_v1",
     "memory_events",
@@ -150,6 +152,41 @@ def leftover_cgroups(pid: int) -> list[Path]:
     if cgroup_support() == "v1":
         return sorted(p for c in _CONTROLLERS_V1 for p in own_cgroup_v1(c).glob(f"labgrade-*-{pid}"))
     return sorted(_V1.glob(f"labgrade-*-{pid}"))
+
+
+def orphaned_cgroups(prefix: str = "labgrade") -> dict[str, list[Path]]:
+    """Sandboxes' cgroups (``<prefix>-<slot>-<pid>``, beside the ones this process would
+    make) whose grading process ``pid`` is gone, by name: a grader killed before its
+    ``close`` (SIGKILL, the OOM killer, a ``scancel`` past Slurm's KillWait) leaves them,
+    with whatever a submission still runs in them."""
+    support = cgroup_support()
+    if support is None:
+        return {}
+    parents = [own_cgroup_v1(c) for c in _CONTROLLERS_V1] if support == "v1" else [_V1]
+    found: dict[str, list[Path]] = {}
+    for parent in parents:
+        for d in parent.glob(f"{prefix}-*-*"):
+            pid = d.name.rsplit("-", 1)[1]
+            if d.is_dir() and pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+                found.setdefault(d.name, []).append(d)
+    return found
+
+
+def remove_orphaned_cgroups(prefix: str = "labgrade") -> tuple[list[str], list[str]]:
+    """Kill what runs in every :func:`orphaned_cgroups` sandbox and remove its cgroups.
+    Returns the names removed and, for any that would not go, why (it is left as it was)."""
+    removed, failed = [], []
+    support = cgroup_support()
+    for name, dirs in sorted(orphaned_cgroups(prefix).items()):
+        box = Sandbox.adopt({"name": name, "cgroup": support, "dirs": [str(d) for d in dirs]}, prefix)
+        if box is None:
+            continue
+        try:
+            box.close()
+            removed.append(name)
+        except (OSError, SandboxError) as exc:
+            failed.append(f"{name}: {exc}")
+    return removed, failed
 
 
 def listening_ports(pid: int) -> list[int]:
@@ -427,22 +464,32 @@ class Sandbox:
             pass
         self.kill()
 
-    def close(self) -> None:
-        """Kill what is left and remove the cgroups."""
+    def close(self, deadline_s: float = 30.0) -> None:
+        """Kill what is left and remove the cgroups: every one that will go within
+        ``deadline_s`` (a loaded machine takes seconds to let its killed tasks leave), then
+        :class:`SandboxError` naming those that would not (the next batch removes them,
+        :func:`remove_orphaned_cgroups`)."""
         if self._dirs:
             self.kill()
-        for d in self._dirs:
-            deadline = time.monotonic() + 5
-            while True:
+        deadline = time.monotonic() + deadline_s
+        left = list(self._dirs)
+        while left:
+            failures = []
+            for d in left:
                 try:
                     d.rmdir()
-                    break
                 except FileNotFoundError:
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)  # the last killed task leaves the cgroup asynchronously
+                    pass
+                except OSError as exc:
+                    failures.append((d, exc))
+            left = [d for d, _ in failures]
+            if left and time.monotonic() > deadline:
+                self._dirs = left
+                raise SandboxError(
+                    f"sandbox {self.name}: cannot remove " + "; ".join(f"{d} ({e})" for d, e in failures)
+                )
+            if left:
+                time.sleep(0.05)  # the last killed task leaves the cgroup asynchronously
         self._dirs = []
 
     # ------------------------------------------------------------------ another process's

@@ -287,21 +287,33 @@ class SlurmCluster:
         from lab_utils.grading.sandbox import leftover_cgroups
 
         tree: dict[int, psutil.Process] = {}
-        for p in [*self.node_processes(node), psutil.Process(self.daemons[f"slurmd-{node}"].pid)]:
-            try:
-                for q in [p, *p.children(recursive=True)]:
-                    tree[q.pid] = q
-            except psutil.NoSuchProcess:
-                continue
-        # the batches' folders of its elements (labgrade-<pid>-*): they go with the machine's disk
         scratch = Path(tempfile.gettempdir())
-        lost = [folder for pid in tree for folder in scratch.glob(f"labgrade-{pid}-*")]
-        for q in tree.values():
-            try:
-                q.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(list(tree.values()), timeout=10)
+        lost: set[Path] = set()
+        first = [psutil.Process(self.daemons[f"slurmd-{node}"].pid)]
+        # until nothing is left on it: a step its slurmd started while the first ones were
+        # being killed is killed too (a machine's processes all end at once)
+        for _ in range(20):
+            found: dict[int, psutil.Process] = {}
+            for p in [*first, *self.node_processes(node)]:
+                try:
+                    for q in [p, *p.children(recursive=True)]:
+                        found[q.pid] = q
+                except psutil.NoSuchProcess:
+                    continue
+            first = []
+            if not found:
+                break
+            tree.update(found)
+            # the batches' folders of its elements (labgrade-<pid>-*): they go with the machine's disk
+            lost.update(folder for pid in found for folder in scratch.glob(f"labgrade-{pid}-*"))
+            for q in found.values():
+                try:
+                    q.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(list(found.values()), timeout=10)
+        else:
+            raise AssertionError(f"{node}: processes still start after 20 rounds of killing")
         for folder in lost:
             shutil.rmtree(folder, ignore_errors=True)
         for pid in tree:  # a dead element's sandbox cgroups (the kernel's cgroup goes with the machine)

@@ -17,3 +17,15 @@ def refuse_processes(monkeypatch, tmp_path):
 
     monkeypatch.setattr(subprocess, "Popen", refuse)
     monkeypatch.setenv("LABS_RUN_ROOT", str(tmp_path / "runs"))
+
+
+@pytest.fixture(autouse=True)
+def no_spans_carried_over():
+    """Spans a test records in this process without reporting a step (Lab 7's pipeline
+    stages, timed in-process) would go out with the next test's first step: each test
+    starts and ends with none pending."""
+    from lab_utils import report
+
+    report._spans.clear()
+    yield
+    report._spans.clear()

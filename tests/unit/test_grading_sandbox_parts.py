@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 from support import crafted
 from support.fakeclock import FakeClock
@@ -244,6 +246,40 @@ def test_a_sandbox_found_again_from_its_state_kills_what_it_holds_and_goes(tmp_p
     finally:
         box._proc = None
         box.close()
+
+
+def test_a_grader_killed_before_its_cleanup_leaves_a_sandbox_the_next_one_removes(tmp_path):
+    """A grader SIGKILLed (the OOM killer, a scancel past KillWait) never closes its sandbox:
+    its cgroups stay, with what the submission still runs. The sweep a batch does when it
+    starts kills that and removes them; a live grader's sandbox is not touched."""
+    if sandbox.cgroup_support() is None:
+        pytest.skip("needs root and cgroups")
+    grader = (
+        "import sys, time\n"
+        "from lab_utils.grading import sandbox\n"
+        "box = sandbox.Sandbox('orphan-check', memory_mb=64, cpus=0.5, max_processes=8, prefix='labsweep')\n"
+        "p = box.start([sys.executable, '-c', 'import time; time.sleep(300)'], log=sandbox.Path(sys.argv[1]))\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    live = sandbox.Sandbox("alive-check", memory_mb=64, cpus=0.5, max_processes=8, prefix="labsweep")
+    proc = subprocess.Popen([sys.executable, "-c", grader, str(tmp_path / "log")], stdout=subprocess.PIPE, text=True)
+    try:
+        submission = int(proc.stdout.readline())
+        assert set(sandbox.orphaned_cgroups("labsweep")) == set()  # its grader still runs
+        proc.kill()
+        proc.wait(30)
+        orphans = sandbox.orphaned_cgroups("labsweep")
+        assert list(orphans) == [f"labsweep-orphan-check-{proc.pid}"] and psutil.pid_exists(submission)
+        removed, failed = sandbox.remove_orphaned_cgroups("labsweep")
+        assert removed == list(orphans) and failed == []
+        assert not any(d.exists() for dirs in orphans.values() for d in dirs)
+        assert not psutil.pid_exists(submission) or psutil.Process(submission).status() == psutil.STATUS_ZOMBIE
+        assert all(d.exists() for d in live._dirs)  # the live grader's own sandbox stays
+    finally:
+        proc.kill()
+        live.close()
+        sandbox.remove_orphaned_cgroups("labsweep")
 
 
 def test_a_quota_above_the_grader_caps_the_sandbox_quota(tmp_path):
