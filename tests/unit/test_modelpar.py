@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lab_utils.training.modelpar import choice_runs as choice
 from lab_utils.training.modelpar import pipeline, runs, zero
 from lab_utils.training.modelpar.shards import adam_update, array_bytes, shard_bounds, shard_counts
 
@@ -187,3 +188,76 @@ def test_the_bubble_is_the_waiting_share_after_the_first_step(tmp_path):
     table = runs.bubble_table([run], reference=run)
     assert table.loc["p=2, m=1", "bubble (mean of stages)"] == pytest.approx((1 / 7 + 0.5) / 2)
     assert table.loc["p=2, m=1", "weights vs reference (max rel)"] == 0
+
+
+# ------------------------------------------------------------------ Part E
+def _toy_costs(strategy, s):
+    """Not the lab's model (that is the student's): made-up prices that order the strategies."""
+    held = {"data": 16, "zero1": 12, "zero2": 8, "tensor": 4, "pipeline": 4}[strategy] * s.params
+    seconds = {"data": 1.0, "zero1": 1.0, "zero2": 1.0, "tensor": 3.0, "pipeline": 2.0}[strategy]
+    return held, seconds
+
+
+def test_the_choice_is_the_fastest_that_fits_and_the_simplest_on_a_tie():
+    s = choice.Setting(params=100, ranks=4, memory_bytes=1600)
+    assert choice.choose(_toy_costs, s) == "data"  # data, zero1 and zero2 tie: the simplest
+    assert choice.choose(_toy_costs, choice.Setting(params=100, ranks=4, memory_bytes=900)) == "zero2"
+    assert choice.choose(_toy_costs, choice.Setting(params=100, ranks=4, memory_bytes=400)) == "pipeline"
+    assert choice.choose(_toy_costs, choice.Setting(params=100, ranks=4, memory_bytes=399)) is None
+    t = choice.table(_toy_costs, choice.Setting(params=100, ranks=4, memory_bytes=900))
+    assert list(t.index) == list(choice.STRATEGIES) and list(t["fits"]) == [False, False, True, True, True]
+    assert t.loc["data", "bytes per rank"] == 1600 and t.loc["tensor", "step (s)"] == 3.0
+
+
+@pytest.mark.parametrize(
+    "returned, message",
+    [
+        (5.0, "must return"),
+        ((1, "x"), "must return"),
+        ((1, 2, 3), "must return"),
+        ((-1, 2), "finite and >= 0"),
+        ((1, float("nan")), "finite and >= 0"),
+    ],  # fmt: skip
+)
+def test_a_costs_function_that_returns_the_wrong_thing_is_named(returned, message):
+    with pytest.raises(ValueError, match=message):
+        choice.table(lambda strategy, s: returned, choice.Setting(params=1, ranks=1))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"params": 0}, "must be >= 1"),
+        ({"ranks": 2.0}, "ranks must be an integer"),
+        ({"beta": -1}, "beta must be"),
+        ({"memory_bytes": float("nan")}, "memory_bytes must be"),
+        ({"micro_batches": True}, "must be an integer"),
+    ],  # fmt: skip
+)
+def test_a_setting_refuses_what_no_cluster_has(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        choice.Setting(**{"params": 10, "ranks": 2, **kwargs})
+
+
+def _timed_step(task, step, started, took, compute):
+    return {"task": task, "step": step, "started": started, "time": started + took,
+            "spans": [["gradient", "compute", started, started + compute], ["optimizer", "comm", started + compute,
+                                                                             started + took]]}  # fmt: skip
+
+
+def test_a_runs_setting_and_step_time_are_read_from_its_steps_after_the_first(tmp_path):
+    events = pd.DataFrame(
+        [_timed_step("rank:0", 1, 0.0, 9.0, 5.0)]  # the warm-up: not counted
+        + [_timed_step("rank:0", t, 10.0 * t, 0.5, 0.1) for t in range(2, 6)]
+        + [_timed_step("rank:1", t, 10.0 * t, 0.6, 0.2) for t in range(2, 6)]
+    )
+    run = _zero_run(tmp_path, 2, np.zeros(1000, np.float32), [6000, 6000])
+    run.events = events
+    assert choice.step_seconds(run) == pytest.approx(0.6) and choice.compute_seconds(run) == pytest.approx(0.2)
+    s = choice.zero_setting(run, 100e6, memory_bytes=2**20)
+    assert (s.params, s.ranks, s.compute_s, s.beta, s.memory_bytes) == (1000, 2, pytest.approx(0.4), 8e-8, 2**20)
+    table = choice.against_runs(_toy_costs, [("zero2", s, run)])
+    assert table.loc["stage 2", "measured / predicted"] == pytest.approx(0.6)
+    run.events = pd.DataFrame([{"task": "rank:0", "step": 1, "time": 1.0}])
+    with pytest.raises(ValueError, match="no timed steps"):
+        choice.step_seconds(run)

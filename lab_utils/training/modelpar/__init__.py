@@ -17,7 +17,9 @@ loaded from the files the notebook's ``%%writefile`` cells write:
   student, checked against the whole block;
 - ``pipeline`` (task side, Part D): a model cut into stages, one per rank, run with
   the student's micro-batch schedule;
-- ``runs`` (kernel side): one call per experiment, and the tables.
+- ``runs`` (kernel side): one call per experiment, and the tables;
+- ``choice_runs`` (kernel side, Part E): a student's cost model with memory, the choice of
+  a parallelism it makes, and the settings and step times measured from Parts B and D's runs.
 """
 
 from lab_utils.training._exports import front

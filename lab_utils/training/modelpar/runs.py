@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from lab_utils.cluster import MPIJob, new_run_dir
+from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training.runs import LaunchOptions, Run, every_task_reported, takes_launch_options
 from lab_utils.training.weights import max_difference
 
@@ -60,8 +61,10 @@ def _file(path: str | os.PathLike, what: str) -> Path:
     return p
 
 
-def _job(np_: int, module: str, args: Sequence, *, memory: int, name: str, options: LaunchOptions, run_dir=None):
+def _job(np_: int, module: str, args: Sequence, *, memory: int, name: str, options: LaunchOptions, run_dir=None,
+         hosts=None):  # fmt: skip
     return MPIJob(
+        hosts=hosts,
         np=np_,
         script=f"-m lab_utils.training.modelpar.{module}",
         args=[str(a) for a in args],
@@ -78,6 +81,13 @@ def _job(np_: int, module: str, args: Sequence, *, memory: int, name: str, optio
         run_dir=run_dir,
         name=name,
     )
+
+
+def _where(hosts) -> str:
+    """A run's label's end: where its ranks ran, when not on this machine's loopback."""
+    if hosts is None:
+        return ""
+    return f", {hosts.describe() if isinstance(hosts, EmulatedHosts) else hosts}"
 
 
 # ----------------------------------------------------------------------------- Part A
@@ -152,12 +162,15 @@ def run_zero(
     layers: int = 2,
     seed: int = 0,
     label: str | None = None,
+    hosts: str | EmulatedHosts | None = None,
     options: LaunchOptions,
 ) -> ZeroRun:
     """Train Part B's MLP for ``steps`` steps on ``np`` ranks, ``batch_size`` examples per rank
     per step. ``stage`` 0: plain data parallelism (``zero_file`` is not used: give None); 1 or
     2: the student's ``zero_step`` from ``zero_file``, with the student's collectives from
-    ``collectives_file`` (None: MPI's). Rank 0 saves the final parameters."""
+    ``collectives_file`` (None: MPI's). Rank 0 saves the final parameters. ``hosts``: where
+    the ranks run, as :class:`~lab_utils.cluster.MPIJob` takes it (``"emulated:bandwidth=100mbit"``:
+    each rank on an emulated host of its own, behind a link of that bandwidth)."""
     if stage not in (0, 1, 2):
         raise ValueError(f"stage must be 0, 1 or 2, got {stage!r}")
     args = ["--stage", stage, "--steps", steps, "--batch-size", batch_size, "--hidden", hidden, "--layers", layers]
@@ -172,15 +185,23 @@ def run_zero(
     weights = str(Path(run_dir) / "params.npz")
     args += ["--save-weights", weights]
     t0 = time.monotonic()
-    job = _job(np, "zero", args, memory=TF_RANK_MEMORY_BYTES, name=f"zero{stage}", options=options, run_dir=run_dir)
+    job = _job(np, "zero", args, memory=TF_RANK_MEMORY_BYTES, name=f"zero{stage}", options=options, run_dir=run_dir,
+               hosts=hosts)  # fmt: skip
     with job:
         results = job.wait()
     every_task_reported(results, ["rank:0"], job.run_dir)
     return ZeroRun(
-        label=label or ("plain DP" if stage == 0 else f"stage {stage}") + f", {np} ranks",
+        label=label or ("plain DP" if stage == 0 else f"stage {stage}") + f", {np} ranks" + _where(hosts),
         events=pd.DataFrame.from_records(job.events("step")),
         wall_time=time.monotonic() - t0,
-        args={"steps": steps, "batch_size": batch_size, "hidden": hidden, "layers": layers, "seed": seed},
+        args={
+            "steps": steps,
+            "batch_size": batch_size,
+            "hidden": hidden,
+            "layers": layers,
+            "seed": seed,
+            "hosts": str(hosts) if hosts is not None else None,
+        },  # fmt: skip
         run_dir=str(job.run_dir),
         stage=stage,
         ranks=np,
@@ -316,6 +337,7 @@ def run_pipeline(
     compute_s: float = 0.0,
     seed: int = 0,
     label: str | None = None,
+    hosts: str | EmulatedHosts | None = None,
     options: LaunchOptions,
 ) -> PipelineRun:
     """Train Part D's MLP (``layers`` hidden layers, then 10 outputs) for ``steps`` steps of
@@ -323,7 +345,7 @@ def run_pipeline(
     ``gpipe_step`` from ``pipeline_file``; ``pipeline_file=None``: the reference, one process
     with the whole model and batch (``stages`` must be 1). ``compute_s``: seconds a stage's
     forward of the whole batch takes on top, and its backward (emulated compute); a micro-batch
-    takes its share."""
+    takes its share. ``hosts``: as :func:`run_zero` takes it."""
     if pipeline_file is None and stages != 1:
         raise ValueError("the reference (pipeline_file=None) is one process: stages=1")
     if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
@@ -336,16 +358,17 @@ def run_pipeline(
     run_dir = new_run_dir("pipeline")
     args += ["--save-weights", run_dir]
     t0 = time.monotonic()
-    job = _job(stages, "pipeline", args, memory=RANK_MEMORY_BYTES, name="pipeline", options=options, run_dir=run_dir)
+    job = _job(stages, "pipeline", args, memory=RANK_MEMORY_BYTES, name="pipeline", options=options, run_dir=run_dir,
+               hosts=hosts)  # fmt: skip
     with job:
         results = job.wait()
     every_task_reported(results, [f"rank:{r}" for r in range(stages)], job.run_dir)
     m = 1 if pipeline_file is None else micro_batches
     return PipelineRun(
-        label=label or ("reference" if pipeline_file is None else f"p={stages}, m={micro_batches}"),
+        label=label or ("reference" if pipeline_file is None else f"p={stages}, m={micro_batches}") + _where(hosts),
         events=pd.DataFrame.from_records(job.events("step")),
         wall_time=time.monotonic() - t0,
-        args={"batch_size": batch_size, "steps": steps, "compute_s": compute_s},
+        args={"batch_size": batch_size, "steps": steps, "compute_s": compute_s, "hidden": hidden, "layers": layers},
         run_dir=str(job.run_dir),
         stages=stages,
         micro_batches=m,
