@@ -41,7 +41,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,27 +167,41 @@ def tracing() -> bool:
     return _tracing
 
 
-def add_span(name: str, cat: str, start: float, end: float) -> None:
+def _on(cat: str, on: str | Sequence[str] | None) -> list[str] | None:
+    if on is None:
+        return None
+    if cat != "wait":
+        raise ValueError(f"only a wait is on other tasks, not a {cat!r} span")
+    names = [on] if isinstance(on, str) else list(on)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ValueError(f"on must name tasks ('worker:1' or a list of them), got {on!r}")
+    return names
+
+
+def add_span(name: str, cat: str, start: float, end: float, *, on: str | Sequence[str] | None = None) -> None:
     """Record that this step spent ``[start, end]`` (``time.time()`` seconds) on ``name``,
-    of category ``cat`` (one of :data:`CATEGORIES`); it goes out with the next :func:`step`."""
+    of category ``cat`` (one of :data:`CATEGORIES`); it goes out with the next :func:`step`.
+    ``on``: a wait's task(s) it waited for, where the code knows them (the critical path and
+    the causes of waits then look only there, :mod:`lab_utils.critical_path`)."""
     if cat not in CATEGORIES:
         raise ValueError(f"span category must be one of {', '.join(CATEGORIES)}, got {cat!r}")
     if end < start:
         raise ValueError(f"span {name!r} ends ({end}) before it starts ({start})")
+    names = _on(cat, on)
     if tracing():
-        _spans.append([name, cat, round(start, 6), round(end, 6)])
+        _spans.append([name, cat, round(start, 6), round(end, 6), *([names] if names else [])])
 
 
 class span:
     """``with report.span(name, cat):`` times the block as a span of this step (see
     :func:`add_span`); the span is recorded even when the block raises."""
 
-    __slots__ = ("name", "cat", "start")
+    __slots__ = ("name", "cat", "start", "on")
 
-    def __init__(self, name: str, cat: str):
+    def __init__(self, name: str, cat: str, *, on: str | Sequence[str] | None = None):
         if cat not in CATEGORIES:
             raise ValueError(f"span category must be one of {', '.join(CATEGORIES)}, got {cat!r}")
-        self.name, self.cat = name, cat
+        self.name, self.cat, self.on = name, cat, _on(cat, on)
 
     def __enter__(self) -> span:
         self.start = time.time()
@@ -195,7 +209,8 @@ class span:
 
     def __exit__(self, *exc: object) -> None:
         if tracing():
-            _spans.append([self.name, self.cat, round(self.start, 6), round(time.time(), 6)])
+            row = [self.name, self.cat, round(self.start, 6), round(time.time(), 6)]
+            _spans.append([*row, self.on] if self.on else row)
 
 
 def step(step: int, examples: int, *, started: float | None = None, **fields: Any) -> dict:

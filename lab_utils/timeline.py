@@ -88,6 +88,7 @@ class Span:
     start: float  # time.time() seconds
     end: float
     step: int | None = None
+    on: tuple[str, ...] = ()  # a wait: the tasks it waited on, where the span named them
 
     @property
     def seconds(self) -> float:
@@ -101,10 +102,10 @@ def _parts(step: Span, raw: Iterable[Sequence]) -> list[Span]:
     """A step's parts, sorted, clipped to the step and to the part before (never overlapping)."""
     out: list[Span] = []
     cursor = step.start
-    for name, cat, start, end in sorted(raw, key=lambda r: (r[2], r[3])):
+    for name, cat, start, end, *on in sorted(raw, key=lambda r: (r[2], r[3])):
         lo, hi = max(float(start), cursor), min(float(end), step.end)
         if hi > lo:
-            out.append(Span(step.task, str(name), str(cat), lo, hi, step.step))
+            out.append(Span(step.task, str(name), str(cat), lo, hi, step.step, tuple(on[0]) if on else ()))
             cursor = hi
     return out
 
@@ -302,7 +303,10 @@ class Timeline:
                     "tid": 0,
                     "ts": us(s.start),
                     "dur": round((s.end - s.start) * 1e6, 1),
-                    "args": {"step": s.step} if s.step is not None else {},
+                    "args": {
+                        **({"step": s.step} if s.step is not None else {}),
+                        **({"on": list(s.on)} if s.on else {}),
+                    },
                 }
             )
         for e in self.horovod:  # Horovod's tracks: one per tensor, after the tasks'
@@ -400,6 +404,26 @@ class Timeline:
     def wait_seconds(self, task: str | None = None) -> float:
         """Seconds of ``wait`` parts (of one task, or of all)."""
         return sum(p.seconds for p in self.parts if p.cat == "wait" and (task is None or p.task == task))
+
+    # ---- why (lab_utils.critical_path)
+
+    def critical_path(self, step: int | None = None):
+        """The chain of pieces, across tasks, that set the run's (or ``step``'s) length."""
+        from lab_utils import critical_path
+
+        return critical_path.critical_path(self, step)
+
+    def waits_by_cause(self):
+        """Every task's waits, by the task and the work they waited for."""
+        from lab_utils import critical_path
+
+        return critical_path.waits_by_cause(self)
+
+    def what_if(self, scale=None, tasks=None):
+        """The run replayed with scaled durations: each task's predicted step time."""
+        from lab_utils import critical_path
+
+        return critical_path.what_if(self, scale, tasks)
 
     # ---- figures
 
@@ -555,7 +579,9 @@ def load(path: str | os.PathLike, label: str = "") -> Timeline:
             names[e["pid"]] = e["args"]["name"]
         elif e.get("ph") == "X":
             start = origin + e["ts"] / 1e6
-            s = Span(names[e["pid"]], e["name"], e["cat"], start, start + e["dur"] / 1e6, e.get("args", {}).get("step"))
+            args = e.get("args", {})
+            s = Span(names[e["pid"]], e["name"], e["cat"], start, start + e["dur"] / 1e6, args.get("step"),
+                     tuple(args.get("on", ())))  # fmt: skip
             (steps if s.cat == "step" else idle if s.cat == "idle" else parts).append(s)
     other = trace.get("otherData", {})
     tasks = [names[i] for i in sorted(names)]

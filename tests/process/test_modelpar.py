@@ -14,6 +14,7 @@ import pytest
 
 from lab_utils.cluster import ClusterError
 from lab_utils.grading.scripts import writefile_scripts
+from lab_utils.training.modelpar import choice_runs as choice
 from lab_utils.training.modelpar import runs
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "grading" / "drafts" / "07_model_parallel" / "07_model_parallel.ipynb"
@@ -26,6 +27,18 @@ def ref(tmp_path_factory):
     for name, text in writefile_scripts(NOTEBOOK).items():
         (folder / name).write_text(text)
     return folder
+
+
+@pytest.fixture(scope="module")
+def costs():
+    """The instructor's Part E cost model (the solution cell ``costs``), as a function."""
+    import json
+
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == "costs")
+    scope: dict = {}
+    exec(compile(source, f"{NOTEBOOK.name}:costs", "exec"), scope)
+    return scope["costs"]
 
 
 def _mistake(folder, name, old, new):
@@ -118,16 +131,36 @@ def pipe_ref():
 
 
 @pytest.mark.parametrize("stages, micro", [(2, 1), (2, 8), (4, 4)])
-def test_a_pipeline_ends_with_one_process_weights_and_its_bubble(ref, pipe_ref, stages, micro):
+def test_a_pipeline_ends_with_one_process_weights_and_its_bubble(ref, pipe_ref, costs, stages, micro):
     run = runs.run_pipeline(ref / "pipeline.py", stages=stages, micro_batches=micro, batch_size=32, steps=3,
                             compute_s=0.2, progress=False)  # fmt: skip
     row = runs.bubble_table([run], pipe_ref).iloc[0]
     assert row["weights vs reference (max rel)"] <= 1e-5
     theory = (stages - 1) / (micro + stages - 1)
     assert abs(row["bubble (mean of stages)"] / theory - 1) <= 0.15, (row, theory)
+    # Part E: the cost model's step, from the run's own compute, against the run's step
+    step = choice.against_runs(costs, [("pipeline", choice.pipeline_setting(run), run)]).iloc[0]
+    assert abs(step["measured / predicted"] - 1) <= 0.25, step
 
 
 def test_a_schedule_that_forgets_a_backward_is_named_not_hung(ref):
     wrong = _mistake(ref, "pipeline.py", "for i in reversed(range(m)):", "for i in reversed(range(m - 1)):")
     with pytest.raises(ClusterError, match="went forward, never backward"):
         runs.run_pipeline(wrong, stages=2, micro_batches=2, batch_size=8, steps=1, progress=False, timeout=60)
+
+
+# ----------------------------------------------------------------------------- Part E
+
+
+def test_on_a_slow_link_zero_takes_the_rings_time_as_the_cost_model_predicts(ref, costs):
+    """Part E's bandwidth-bound check: plain data parallelism and stage 2, each rank on an
+    emulated host behind 100 Mbit/s (as an unprivileged student gets them), take the time the
+    model gives from their own compute and the ring's bytes, and about the same as each other."""
+    common = {"np": 2, "steps": 6, "hidden": 256, "batch_size": 16, "progress": False,
+              "hosts": "emulated:bandwidth=100mbit"}  # fmt: skip
+    plain = runs.run_zero(None, stage=0, **common)
+    sharded = runs.run_zero(ref / "zero.py", stage=2, **common)
+    cases = [(k, choice.zero_setting(r, 100e6), r) for k, r in (("data", plain), ("zero2", sharded))]
+    table = choice.against_runs(costs, cases)
+    assert all(abs(table["measured / predicted"] - 1) <= 0.25), table
+    assert "100mbit" in plain.label and plain.args["hosts"] == "emulated:bandwidth=100mbit"

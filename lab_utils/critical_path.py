@@ -1,0 +1,293 @@
+"""Why a step took as long as it did: the critical path across tasks, each wait attributed to
+its cause, and a what-if replay of the run with changed durations.
+
+A :class:`~lab_utils.timeline.Timeline` holds, per task, its steps and their parts. This
+module reads it as a graph:
+
+- every task's time, from its first step's start to its last step's end, is a chain of
+  *pieces*: the steps' parts, the gaps inside a step that no part covers (``other``), and the
+  gaps between steps (``between``);
+- a ``wait`` piece was *released* by another task: the piece of another task (not a wait,
+  not a serving PS) that ended last before the wait ended, among the tasks the wait was on
+  when the span says so (``on``). That is the dependency: a sync worker's token wait on the
+  last gradient's push (the chief's apply follows it), a ring's barrier on the last rank to
+  arrive, an SSP wait on the slowest worker's step. A wait released by nothing traced keeps
+  its own duration and is "unattributed" (a queue, the network, an untraced process);
+- the **critical path** walks back from the end: along a task's own pieces, and from a wait
+  to the piece that released it, on the other task, and on from there;
+- the **causes** of a wait are the pieces of the critical path from its release back to its
+  start: "worker:0 waited 1.21 s: 0.98 s for worker:1's injected delay, ...";
+- the **what-if** replays the graph in the order it ran, with each piece's duration scaled
+  by its category (and task), and each wait ending as late as its own task's previous piece
+  or its releaser's (replayed) end plus the same latency, whichever is later.
+
+What the replay assumes, and says: compute and everything not scaled take the time they took;
+the same event releases each wait (the order of the releases does not change); a wait with no
+traced release keeps its duration.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "Piece",
+    "pieces",
+    "releasers",
+    "critical_path",
+    "waits_by_cause",
+    "describe_waits",
+    "what_if",
+    "ASSUMPTIONS",
+]
+
+#: what :func:`what_if` assumes (its table says so too)
+ASSUMPTIONS = (
+    "what is not scaled takes the time it took; "
+    "each wait is released by the same event as in the run (the order of releases is kept); "
+    "a wait whose release was not traced keeps its duration"
+)
+_EPS = 2e-3  # s: a release and the end of the wait it releases, on one clock (two processes' stamps)
+_CAUSE = {
+    "compute": "computing",
+    "comm": "communicating",
+    "delay": "injected delay",
+    "eval": "evaluation",
+    "other": "other (input, Python)",
+    "between": "between steps",
+    "wait": "waiting",
+}
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A stretch of one task's time: a part of a step, a gap in one, or between two."""
+
+    task: str
+    name: str
+    cat: str
+    start: float
+    end: float
+    step: int | None
+    on: tuple[str, ...] = ()  # the tasks a wait was on, when its span said so
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def pieces(timeline) -> dict[str, list[Piece]]:
+    """Per task with steps, its chain of pieces from its first step's start to its last step's end."""
+    out: dict[str, list[Piece]] = {}
+    parts: dict[tuple, list] = {}
+    for p in timeline.parts:
+        parts.setdefault((p.task, p.step), []).append(p)
+    for task in timeline.tasks:
+        chain: list[Piece] = []
+        for s in sorted((s for s in timeline.steps if s.task == task), key=lambda s: s.start):
+            if chain and s.start > chain[-1].end:
+                chain.append(Piece(task, "between steps", "between", chain[-1].end, s.start, None))
+            cursor = s.start
+            for p in sorted(parts.get((task, s.step), []), key=lambda p: p.start):
+                if p.start > cursor:
+                    chain.append(Piece(task, "other", "other", cursor, p.start, s.step))
+                chain.append(Piece(task, p.name, p.cat, p.start, p.end, s.step, tuple(getattr(p, "on", ()) or ())))
+                cursor = p.end
+            if s.end > cursor:
+                chain.append(Piece(task, "other", "other", cursor, s.end, s.step))
+        if chain:
+            out[task] = chain
+    return out
+
+
+def releasers(chains: Mapping[str, list[Piece]]) -> dict[Piece, Piece | None]:
+    """Each wait piece's releaser: the piece of another task (``on``'s, if the span named them)
+    that is not a wait and ended last before the wait ended (and after it began); None where
+    none did."""
+    ends = sorted(
+        (p for chain in chains.values() for p in chain if p.cat not in ("wait", "between")), key=lambda p: p.end
+    )
+    times = [p.end for p in ends]
+    out: dict[Piece, Piece | None] = {}
+    for chain in chains.values():
+        for w in chain:
+            if w.cat != "wait":
+                continue
+            out[w] = None
+            for i in range(bisect.bisect_right(times, w.end + _EPS) - 1, -1, -1):
+                p = ends[i]
+                if p.end < w.start - _EPS:
+                    break
+                if p.task != w.task and (not w.on or p.task in w.on):
+                    out[w] = p
+                    break
+    return out
+
+
+def _walk(chains, released, task: str, t: float, stop: float) -> list[dict]:
+    """The critical path back from ``task`` at ``t`` to ``stop``: one row per stretch."""
+    starts = {k: [p.start for p in chain] for k, chain in chains.items()}
+    rows: list[dict] = []
+    for _ in range(4 * sum(len(c) for c in chains.values()) + 4):  # each turn moves back, or jumps once
+        if t <= stop + 1e-9:
+            return rows[::-1]
+        i = bisect.bisect_left(starts.get(task, []), t - 1e-9) - 1  # the piece that began before t
+        if i < 0:
+            return rows[::-1]
+        here = chains[task][i]
+        lo = max(here.start, stop)
+        r = released.get(here) if here.cat == "wait" else None
+        if r is None:
+            rows.append(_row(here, lo, min(t, here.end), "unattributed" if here.cat == "wait" else None))
+            t = lo
+            continue
+        if t > r.end:  # from the release to the wait's end: the message, the token queue
+            rows.append(_row(here, max(r.end, lo), t, "release (message, queue)"))
+        if r.end <= lo:
+            t = lo
+            continue
+        task, t = r.task, r.end
+    raise RuntimeError(f"the critical path from {task} at {t} did not end: a cycle among the pieces")
+
+
+def _row(p: Piece, start: float, end: float, cause: str | None) -> dict:
+    what = cause or _CAUSE.get(p.cat, p.cat)
+    return {"task": p.task, "name": p.name, "cat": p.cat, "step": p.step, "start": start, "end": end,
+            "seconds": max(0.0, end - start), "what": what}  # fmt: skip
+
+
+def critical_path(timeline, step: int | None = None):
+    """The critical path of the run (``step=None``: from its last step's end back to its first
+    step's start) or of one step (from the end of the task that ended that step last, back to
+    that step's start on it). A table: ``task``, ``name``, ``cat``, ``step``, ``start``,
+    ``end``, ``seconds``, ``what``, in time order; its seconds add up to the span it covers."""
+    import pandas as pd
+
+    chains = pieces(timeline)
+    columns = ["task", "name", "cat", "step", "start", "end", "seconds", "what"]
+    if not chains:
+        return pd.DataFrame(columns=columns)
+    released = releasers(chains)
+    if step is None:
+        last = max((c[-1] for c in chains.values()), key=lambda p: p.end)
+        stop = min(c[0].start for c in chains.values())
+        rows = _walk(chains, released, last.task, last.end, stop)
+    else:
+        mine = [s for s in timeline.steps if s.step == step and s.task in chains]
+        if not mine:
+            raise ValueError(f"no task has a step {step}")
+        end = max(mine, key=lambda s: s.end)
+        rows = _walk(chains, released, end.task, end.end, end.start)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def waits_by_cause(timeline):
+    """Every task's waits, by what they waited for: one row per (task, cause) with the task's
+    total wait and the seconds of that cause (``cause`` names the task and what it did, e.g.
+    ``"worker:1: injected delay"``); the causes of a task add up to its wait."""
+    import pandas as pd
+
+    chains = pieces(timeline)
+    released = releasers(chains)
+    found: dict[tuple[str, str], float] = {}
+    total: dict[str, float] = {}
+    for chain in chains.values():
+        for w in chain:
+            if w.cat != "wait":
+                continue
+            total[w.task] = total.get(w.task, 0.0) + w.seconds
+            for row in _walk(chains, released, w.task, w.end, w.start):
+                who = "unattributed" if row["what"] == "unattributed" else f"{row['task']}: {row['what']}"
+                if row["what"] == "release (message, queue)":
+                    who = "the release (message, queue)"
+                found[(w.task, who)] = found.get((w.task, who), 0.0) + row["seconds"]
+    rows = [{"task": task, "waited (s)": total[task], "cause": cause, "seconds": sec}
+            for (task, cause), sec in found.items() if sec > 0]  # fmt: skip
+    order = {t: i for i, t in enumerate(timeline.tasks)}
+    rows.sort(key=lambda r: (order.get(r["task"], len(order)), -r["seconds"]))
+    return pd.DataFrame(rows, columns=["task", "waited (s)", "cause", "seconds"])
+
+
+def describe_waits(timeline, top: int = 3) -> list[str]:
+    """One sentence per task that waited: its wait and its largest causes."""
+    table = waits_by_cause(timeline)
+    out = []
+    for task, rows in table.groupby("task", sort=False):
+        causes = ", ".join(f"{r.seconds:.2f} s for {r.cause}" for r in rows.head(top).itertuples())
+        more = f", and {len(rows) - top} more" if len(rows) > top else ""
+        out.append(f"{task} waited {rows['waited (s)'].iloc[0]:.2f} s: {causes}{more}")
+    return out
+
+
+def _factor(p: Piece, scale: Mapping[str, float], tasks: Mapping[str, Mapping[str, float]]) -> float:
+    own = tasks.get(p.task, {})
+    return float(own.get(p.cat, scale.get(p.cat, 1.0)))
+
+
+def what_if(timeline, scale: Mapping[str, float] | None = None, tasks: Mapping[str, Mapping[str, float]] | None = None):
+    """Replay the run with each piece's duration times ``scale[cat]`` (``{"comm": 0.1}``:
+    communication ten times faster; ``{"delay": 0}``: no injected delay), or ``tasks[task][cat]``
+    for one task (``{"worker:1": {"delay": 0}}``). Waits are not scaled: they end when their
+    own task and their releaser (replayed) allow. One row per task: its measured and predicted
+    median step time (steps after the first) and their ratio; ``attrs["assumptions"]`` says what
+    the replay assumes."""
+    import pandas as pd
+
+    scale, tasks = dict(scale or {}), {k: dict(v) for k, v in (tasks or {}).items()}
+    for cat, f in [*scale.items(), *(i for v in tasks.values() for i in v.items())]:
+        if cat == "wait":
+            raise ValueError("waits are not scaled: they follow from what they wait for")
+        if not (isinstance(f, (int, float)) and f >= 0):
+            raise ValueError(f"a scale must be a number >= 0, got {cat}: {f!r}")
+    chains = pieces(timeline)
+    released = releasers(chains)
+    prev = {p: (c[i - 1] if i else None) for c in chains.values() for i, p in enumerate(c)}
+    new_start: dict[Piece, float] = {}
+    new_end: dict[Piece, float] = {}
+    entered: set[Piece] = set()  # expanded and not yet replayed: the pieces on the path being resolved
+    for first in sorted((p for c in chains.values() for p in c), key=lambda p: (p.end, p.start)):
+        stack = [first]  # depth first: a piece after its task's previous one and its releaser
+        while stack:
+            p = stack[-1]
+            if p in new_end:
+                stack.pop()
+                continue
+            entered.add(p)
+            r = released.get(p) if p.cat == "wait" else None
+            if r is not None and r not in new_end and r in entered:  # a cycle within the clocks' slack: cut it
+                released[p] = r = None
+            needs = [q for q in (prev[p], r) if q is not None and q not in new_end]
+            if any(q in entered for q in needs):
+                raise RuntimeError(f"what_if: {p.task}'s {p.name} at {p.start:.6f} depends on itself")
+            if needs:
+                stack += needs
+                continue
+            stack.pop()
+            start = new_end[prev[p]] if prev[p] is not None else p.start
+            r = released.get(p) if p.cat == "wait" else None
+            if p.cat != "wait":
+                end = start + p.seconds * _factor(p, scale, tasks)
+            elif r is None:
+                end = start + p.seconds
+            else:
+                end = max(start, new_end[r] + max(0.0, p.end - r.end))
+            new_start[p], new_end[p] = start, end
+    rows = []
+    for task, chain in chains.items():
+        by_step: dict[int, list[Piece]] = {}
+        for p in chain:
+            if p.step is not None:
+                by_step.setdefault(p.step, []).append(p)
+        keep = sorted(by_step)[1:] or sorted(by_step)
+        measured = [by_step[k][-1].end - by_step[k][0].start for k in keep]
+        predicted = [new_end[by_step[k][-1]] - new_start[by_step[k][0]] for k in keep]
+        m, q = statistics.median(measured), statistics.median(predicted)
+        rows.append({"task": task, "measured step (s)": m, "predicted step (s)": q,
+                     "predicted / measured": q / m if m else float("nan")})  # fmt: skip
+    table = pd.DataFrame(rows).set_index("task")
+    table.attrs["assumptions"] = ASSUMPTIONS
+    table.attrs["scale"] = {"all": scale, **tasks}
+    return table

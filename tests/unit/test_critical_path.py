@@ -1,0 +1,140 @@
+"""lab_utils.critical_path on made-up runs whose answer is known: a synchronous PS with a
+straggler, a ring whose barrier waits for the slowest rank, a wait that names what it is on;
+the critical path, the waits by cause and the what-if replay."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab_utils import critical_path, report
+from lab_utils.timeline import Timeline, load
+
+T0 = 1_800_000_000.0
+PERIOD = 1.2
+
+
+def _step(task, n, start, end, *spans):
+    return {"kind": "step", "task": task, "time": T0 + end, "step": n, "started": T0 + start,
+            "spans": [[name, cat, T0 + a, T0 + b, *more] for name, cat, a, b, *more in spans]}  # fmt: skip
+
+
+def _straggler_run(steps=5, delay=1.0, third=False, on=None):
+    """Sync PS, 2 workers: worker:1 sleeps ``delay`` each step before its push; worker:0 waits
+    for its token until worker:1's push is in (0.02 s later). ``third``: a worker:2 whose compute
+    ends just before the release, unrelated to it."""
+    events = []
+    for k in range(steps):
+        t = k * PERIOD
+        more = [on] if on else []
+        events.append(_step("worker:0", k + 1, t, t + PERIOD, ("compute", "compute", t, t + 0.1),
+                            ("push", "comm", t + 0.1, t + 0.15),
+                            ("token", "wait", t + 0.15, t + 0.15 + delay + 0.02, *more)))  # fmt: skip
+        events.append(_step("worker:1", k + 1, t, t + PERIOD, ("compute", "compute", t, t + 0.1),
+                            ("straggle", "delay", t + 0.1, t + 0.1 + delay),
+                            ("push", "comm", t + 0.1 + delay, t + 0.15 + delay),
+                            ("token", "wait", t + 0.15 + delay, t + 0.17 + delay)))  # fmt: skip
+        if third:
+            events.append(_step("worker:2", k + 1, t, t + PERIOD, ("compute", "compute", t + 0.3, t + 0.16 + delay)))
+    return Timeline.from_events(events, ["worker:0", "worker:1", *(["worker:2"] if third else [])])
+
+
+def test_a_fast_workers_wait_is_the_stragglers_delay():
+    table = critical_path.waits_by_cause(_straggler_run())
+    mine = table[table["task"] == "worker:0"].set_index("cause")["seconds"]
+    assert mine.index[0] == "worker:1: injected delay"  # the largest cause first
+    assert mine["worker:1: injected delay"] == pytest.approx(5 * 0.95)  # from the wait's start on
+    assert mine["worker:1: communicating"] == pytest.approx(5 * 0.05)
+    assert mine["the release (message, queue)"] == pytest.approx(5 * 0.02)
+    assert mine.sum() == pytest.approx(table[table["task"] == "worker:0"]["waited (s)"].iloc[0])
+    sentence = critical_path.describe_waits(_straggler_run())[0]
+    assert sentence.startswith("worker:0 waited 5.10 s: 4.75 s for worker:1: injected delay"), sentence
+
+
+def test_the_critical_path_of_a_step_runs_through_the_straggler_and_adds_up_to_the_step():
+    path = critical_path.critical_path(_straggler_run(), step=3)
+    assert path["seconds"].sum() == pytest.approx(PERIOD)
+    by = path.groupby(["task", "cat"])["seconds"].sum()
+    assert by[("worker:1", "delay")] == pytest.approx(1.0) and by[("worker:1", "compute")] == pytest.approx(0.1)
+    assert ("worker:0", "compute") not in by.index  # worker:0's own work is off the path
+    assert list(path["start"]) == sorted(path["start"])
+    whole = critical_path.critical_path(_straggler_run())
+    assert whole["seconds"].sum() == pytest.approx(5 * PERIOD)
+
+
+def test_without_the_straggler_the_replay_predicts_the_fast_step():
+    run = _straggler_run()
+    table = critical_path.what_if(run, tasks={"worker:1": {"delay": 0}})
+    assert table.loc["worker:0", "measured step (s)"] == pytest.approx(PERIOD)
+    # compute 0.1, push 0.05, the release 0.02, the step's rest 0.03: what a run without it takes
+    assert table.loc["worker:0", "predicted step (s)"] == pytest.approx(0.2)
+    assert table.loc["worker:1", "predicted step (s)"] == pytest.approx(0.2)
+    assert "keeps its duration" in table.attrs["assumptions"]
+    same = critical_path.what_if(run)
+    assert list(same["predicted / measured"]) == pytest.approx([1.0, 1.0])
+    half = critical_path.what_if(run, scale={"delay": 0.5})
+    assert half.loc["worker:0", "predicted step (s)"] == pytest.approx(PERIOD - 0.5)
+
+
+def test_a_wait_that_names_its_task_is_not_blamed_on_a_bystander():
+    blamed = critical_path.waits_by_cause(_straggler_run(third=True))
+    causes = set(blamed[blamed["task"] == "worker:0"]["cause"])
+    assert "worker:2: computing" in causes  # its compute ended last before the release: a guess
+    named = critical_path.waits_by_cause(_straggler_run(third=True, on=["worker:1"]))
+    mine = named[named["task"] == "worker:0"].set_index("cause")["seconds"]
+    assert "worker:2: computing" not in mine.index
+    assert mine["worker:1: injected delay"] == pytest.approx(5 * 0.95)
+
+
+def test_a_ring_step_waits_at_the_barrier_for_the_slowest_rank_and_faster_links_shrink_it():
+    events = []
+    for k in range(4):
+        t = k * 1.0
+        events.append(_step("rank:0", k + 1, t, t + 1.0, ("compute", "compute", t, t + 0.2),
+                            ("barrier", "wait", t + 0.2, t + 0.4), ("all-reduce", "comm", t + 0.4, t + 1.0)))  # fmt: skip
+        events.append(_step("rank:1", k + 1, t, t + 1.0, ("compute", "compute", t, t + 0.4),
+                            ("all-reduce", "comm", t + 0.4, t + 1.0)))  # fmt: skip
+    run = Timeline.from_events(events)
+    waits = critical_path.waits_by_cause(run).set_index("cause")["seconds"]
+    assert waits["rank:1: computing"] == pytest.approx(4 * 0.2)
+    faster = critical_path.what_if(run, scale={"comm": 0.1})
+    assert faster.loc["rank:1", "predicted step (s)"] == pytest.approx(0.46)
+    assert faster.loc["rank:0", "predicted step (s)"] == pytest.approx(0.46)
+
+
+def test_a_wait_released_by_nothing_traced_keeps_its_time_and_is_unattributed():
+    events = [_step("worker:0", k + 1, k, k + 1, ("compute", "compute", k, k + 0.5), ("queue", "wait", k + 0.5, k + 1))
+              for k in range(3)]  # fmt: skip
+    run = Timeline.from_events(events)
+    assert critical_path.waits_by_cause(run)["cause"].tolist() == ["unattributed"]
+    assert critical_path.what_if(run, scale={"compute": 0})["predicted step (s)"].iloc[0] == pytest.approx(0.5)
+
+
+def test_what_a_wait_was_on_survives_the_trace_file(tmp_path):
+    run = _straggler_run(on=["worker:1"])
+    run.write(tmp_path / "trace.json")
+    back = load(tmp_path / "trace.json")
+    assert {p.on for p in back.parts if p.cat == "wait" and p.task == "worker:0"} == {("worker:1",)}
+
+
+def test_only_a_wait_is_on_other_tasks_and_on_names_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABS_REPORT_FILE", str(tmp_path / "events.jsonl"))
+    monkeypatch.setattr(report, "_tracing", None)
+    with pytest.raises(ValueError, match="only a wait"):
+        report.add_span("push", "comm", T0, T0 + 1, on="worker:1")
+    with pytest.raises(ValueError, match="on must name tasks"):
+        report.span("token", "wait", on=[""])
+    with report.span("token", "wait", on="worker:1"):
+        pass
+    report.add_span("barrier", "wait", T0, T0 + 1, on=["rank:1", "rank:2"])
+    report.step(1, 1, started=T0)
+    (event,) = report.read_events(tmp_path / "events.jsonl", "step")
+    assert [s[4] for s in event["spans"]] == [["worker:1"], ["rank:1", "rank:2"]]
+    with pytest.raises(ValueError, match="waits are not scaled"):
+        critical_path.what_if(_straggler_run(), scale={"wait": 0})
+
+
+def test_a_timeline_answers_the_same_questions():
+    run = _straggler_run()
+    assert run.critical_path(step=2)["seconds"].sum() == pytest.approx(PERIOD)
+    assert run.waits_by_cause().equals(critical_path.waits_by_cause(run))
+    assert run.what_if(tasks={"worker:1": {"delay": 0}})["predicted step (s)"].tolist() == pytest.approx([0.2, 0.2])
