@@ -157,7 +157,7 @@ def test_the_zero_tables_read_the_weights_and_the_bytes(tmp_path):
 
 
 def _step(task, step, spans):
-    return {"task": task, "step": step, "time": 0.0, "spans": [[n, c, a, b] for n, c, a, b in spans]}
+    return {"task": task, "step": step, "time": 0.0, "spans": [[n, c, a, b, *on] for n, c, a, b, *on in spans]}
 
 
 def test_the_bubble_is_the_waiting_share_after_the_first_step(tmp_path):
@@ -169,7 +169,7 @@ def test_the_bubble_is_the_waiting_share_after_the_first_step(tmp_path):
                 2,
                 [
                     ("forward 0", "compute", 0, 3),
-                    ("wait for grad 0", "wait", 3, 4),
+                    ("wait for grad 0", "wait", 3, 4, ["rank:1"]),  # what it waited on, as the stage says
                     ("send activations 0", "comm", 4, 4.5),
                     ("backward 0", "compute", 4.5, 7.5),
                 ],

@@ -159,7 +159,7 @@ def compute_seconds(run) -> float:
     for e in _steps(run).to_dict("records"):
         spans = e.get("spans") if isinstance(e.get("spans"), list) else []
         key = (e["task"], e["step"])
-        per_step[key] = per_step.get(key, 0.0) + sum(b - a for _, cat, a, b in spans if cat == "compute")
+        per_step[key] = per_step.get(key, 0.0) + sum(b - a for _, cat, a, b, *_ in spans if cat == "compute")
     if not per_step:
         raise ValueError(f"{run.label}: no compute spans in its steps")
     by_task: dict[str, list[float]] = {}

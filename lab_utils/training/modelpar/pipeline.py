@@ -147,7 +147,7 @@ class Stage:
             self.comm.Send(a, dest=to, tag=2 * i + (what == "grad"))
 
     def _recv(self, what: str, i: int, frm: int) -> np.ndarray:
-        with report.span(f"wait for {what} {i}", "wait"):
+        with report.span(f"wait for {what} {i}", "wait", on=f"rank:{frm}"):
             shape = self.comm.recv(source=frm, tag=2 * i + (what == "grad"))
             a = np.empty(shape, np.float32)
             self.comm.Recv(a, source=frm, tag=2 * i + (what == "grad"))

@@ -304,7 +304,7 @@ class PipelineRun(Run):
         rows = [
             {"task": e["task"], "step": e["step"], "name": n, "cat": c, "start": a, "end": b}
             for e in self.events.to_dict("records")
-            for n, c, a, b in (e.get("spans") if isinstance(e.get("spans"), list) else [])
+            for n, c, a, b, *_ in (e.get("spans") if isinstance(e.get("spans"), list) else [])
         ]
         return pd.DataFrame(rows, columns=["task", "step", "name", "cat", "start", "end"])
 
