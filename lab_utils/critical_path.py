@@ -291,3 +291,84 @@ def what_if(timeline, scale: Mapping[str, float] | None = None, tasks: Mapping[s
     table.attrs["assumptions"] = ASSUMPTIONS
     table.attrs["scale"] = {"all": scale, **tasks}
     return table
+
+
+# ----------------------------------------------------------------------------- seeing it
+
+PATH_COLOR = "#111111"
+
+
+def figure(timeline, steps: tuple[int, int] | None = None):
+    """The timeline's Plotly figure with its critical path drawn over it: a thin black bar on
+    each stretch of a task that the run's length waited on (hover: what it was)."""
+    import plotly.graph_objects as go
+
+    fig = timeline.figure(steps)
+    path = _kept(critical_path(timeline), steps)
+    if not path.empty:
+        origin = timeline.origin()
+        fig.add_trace(
+            go.Bar(
+                y=list(path["task"]),
+                x=list(path["seconds"] * 1e3),
+                base=list((path["start"] - origin) * 1e3),
+                orientation="h",
+                name="critical path",
+                marker_color=PATH_COLOR,
+                width=0.15,
+                hovertext=[
+                    f"critical path · {r.task}: {r.what} ({r.name}), {r.seconds * 1e3:.2f} ms"
+                    for r in path.itertuples()
+                ],  # fmt: skip
+                hoverinfo="text",
+            )
+        )
+    return fig
+
+
+def static_figure(timeline, steps: tuple[int, int] | None = None):
+    """The same, as a matplotlib figure (papermill, nbgrader, a report)."""
+    from matplotlib.patches import Patch
+
+    fig = timeline.static_figure(steps)
+    ax = fig.axes[0]
+    path = _kept(critical_path(timeline), steps)
+    origin = timeline.origin()
+    rows = {t: len(timeline.tasks) - 1 - i for i, t in enumerate(timeline.tasks)}
+    for task, mine in path.groupby("task"):
+        ax.broken_barh([((r.start - origin) * 1e3, r.seconds * 1e3) for r in mine.itertuples()],
+                       (rows[task] - 0.07, 0.14), facecolors=PATH_COLOR)  # fmt: skip
+    legend = ax.get_legend()
+    handles = [*(legend.legend_handles if legend else []), Patch(color=PATH_COLOR, label="critical path")]
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    return fig
+
+
+def _kept(path, steps: tuple[int, int] | None):
+    if steps is None or path.empty:
+        return path
+    return path[path["step"].between(steps[0], steps[1])]
+
+
+def show(timeline, steps: tuple[int, int] | None = None, interactive: bool | None = None) -> None:
+    """The timeline with its critical path, a sentence per task that waited (its largest causes)
+    and the table of waits by cause."""
+    from IPython.display import display
+
+    from lab_utils.display import is_headless
+
+    if interactive is None:
+        interactive = not is_headless()
+    if interactive:
+        figure(timeline, steps).show(renderer="plotly_mimetype")
+    else:
+        import matplotlib.pyplot as plt
+
+        fig = static_figure(timeline, steps)
+        display(fig)
+        plt.close(fig)
+    for line in describe_waits(timeline) or ["No task waited."]:
+        print(line)
+    table = waits_by_cause(timeline)
+    if not table.empty:
+        display(table.style.format("{:.3f}", subset=["waited (s)", "seconds"]))

@@ -419,6 +419,12 @@ class Timeline:
 
         return critical_path.waits_by_cause(self)
 
+    def why(self, steps: tuple[int, int] | None = None) -> None:
+        """Show the timeline with its critical path, and every wait by its cause."""
+        from lab_utils import critical_path
+
+        critical_path.show(self, steps)
+
     def what_if(self, scale=None, tasks=None):
         """The run replayed with scaled durations: each task's predicted step time."""
         from lab_utils import critical_path

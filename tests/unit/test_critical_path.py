@@ -138,3 +138,19 @@ def test_a_timeline_answers_the_same_questions():
     assert run.critical_path(step=2)["seconds"].sum() == pytest.approx(PERIOD)
     assert run.waits_by_cause().equals(critical_path.waits_by_cause(run))
     assert run.what_if(tasks={"worker:1": {"delay": 0}})["predicted step (s)"].tolist() == pytest.approx([0.2, 0.2])
+
+
+def test_the_figures_draw_the_path_over_the_timeline(capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    run = _straggler_run()
+    fig = critical_path.figure(run, steps=(2, 3))
+    (path,) = [t for t in fig.data if t.name == "critical path"]
+    assert set(path.y) == {"worker:1"} and sum(path.x) == pytest.approx(2 * PERIOD * 1e3)  # the straggler sets the pace
+    static = critical_path.static_figure(run)
+    labels = [t.get_text() for t in static.axes[0].get_legend().get_texts()]
+    assert labels[-1] == "critical path" and "injected delay" in labels
+    critical_path.show(run, interactive=False)
+    out = capsys.readouterr().out
+    assert "worker:0 waited 5.10 s: 4.75 s for worker:1: injected delay" in out
