@@ -127,9 +127,14 @@ def releasers(chains: Mapping[str, list[Piece]]) -> dict[Piece, Piece | None]:
     return out
 
 
-def _walk(chains, released, task: str, t: float, stop: float) -> list[dict]:
-    """The critical path back from ``task`` at ``t`` to ``stop``: one row per stretch."""
-    starts = {k: [p.start for p in chain] for k, chain in chains.items()}
+def _starts(chains: Mapping[str, list[Piece]]) -> dict[str, list[float]]:
+    return {k: [p.start for p in chain] for k, chain in chains.items()}
+
+
+def _walk(chains, released, task: str, t: float, stop: float, starts: dict | None = None) -> list[dict]:
+    """The critical path back from ``task`` at ``t`` to ``stop``: one row per stretch
+    (``starts``: :func:`_starts` of ``chains``, made once by a caller that walks many times)."""
+    starts = _starts(chains) if starts is None else starts
     rows: list[dict] = []
     for _ in range(4 * sum(len(c) for c in chains.values()) + 4):  # each turn moves back, or jumps once
         if t <= stop + 1e-9:
@@ -192,6 +197,7 @@ def waits_by_cause(timeline):
 
     chains = pieces(timeline)
     released = releasers(chains)
+    starts = _starts(chains)
     found: dict[tuple[str, str], float] = {}
     total: dict[str, float] = {}
     for chain in chains.values():
@@ -199,7 +205,7 @@ def waits_by_cause(timeline):
             if w.cat != "wait":
                 continue
             total[w.task] = total.get(w.task, 0.0) + w.seconds
-            for row in _walk(chains, released, w.task, w.end, w.start):
+            for row in _walk(chains, released, w.task, w.end, w.start, starts):
                 who = "unattributed" if row["what"] == "unattributed" else f"{row['task']}: {row['what']}"
                 if row["what"] == "release (message, queue)":
                     who = "the release (message, queue)"
