@@ -15,8 +15,10 @@ module reads it as a graph:
   its own duration and is "unattributed" (a queue, the network, an untraced process);
 - the **critical path** walks back from the end: along a task's own pieces, and from a wait
   to the piece that released it, on the other task, and on from there;
-- the **causes** of a wait are the pieces of the critical path from its release back to its
-  start: "worker:0 waited 1.21 s: 0.98 s for worker:1's injected delay, ...";
+- the **causes** of a wait are what the critical path did, from the wait's end back to when
+  the waiter was last released, less what the waiter did itself in that time (the compute
+  both did cancels, the straggler's delay does not): "worker:0 waited 1.21 s: 0.98 s for
+  worker:1: injected delay, ...";
 - the **what-if** replays the graph in the order it ran, with each piece's duration scaled
   by its category (and task), and each wait ending as late as its own task's previous piece
   or its releaser's (replayed) end plus the same latency, whichever is later.
@@ -50,6 +52,8 @@ ASSUMPTIONS = (
     "each wait is released by the same event as in the run (the order of releases is kept); "
     "a wait whose release was not traced keeps its duration"
 )
+#: the cause of a wait that nothing traced released
+UNATTRIBUTED = "nothing traced (a queue, the network, an untraced process)"
 _EPS = 2e-3  # s: a release and the end of the wait it releases, on one clock (two processes' stamps)
 _CAUSE = {
     "compute": "computing",
@@ -189,10 +193,49 @@ def critical_path(timeline, step: int | None = None):
     return pd.DataFrame(rows, columns=columns)
 
 
+def _cause(row: dict) -> str:
+    if row["what"] == "unattributed":
+        return UNATTRIBUTED
+    if row["what"] == "release (message, queue)":
+        return "the release (message, queue)"
+    return f"{row['task']}: {row['what']}"
+
+
+def _one_wait(chains, released, starts, w: Piece, since: float) -> dict[str, float]:
+    """The causes of wait ``w`` (its task's chain was last released at ``since``): the critical
+    path from the wait's end back to ``since``, less what the waiter itself did from ``since``
+    until it began to wait, category by category. What both did (the same compute, the same
+    pull) cancels; what is left is what the waiter waited for, and adds up to the wait."""
+    path = _walk(chains, released, w.task, w.end, since, starts)
+    found: dict[str, float] = {}
+    by_cat: dict[str, float] = {}
+    for row in path:
+        found[_cause(row)] = found.get(_cause(row), 0.0) + row["seconds"]
+        if row["what"] not in ("unattributed", "release (message, queue)"):
+            by_cat[row["cat"]] = by_cat.get(row["cat"], 0.0) + row["seconds"]
+    own: dict[str, float] = {}
+    for p in chains[w.task]:
+        lo, hi = max(p.start, since), min(p.end, w.start)
+        if hi > lo:
+            own[p.cat] = own.get(p.cat, 0.0) + hi - lo
+    for cat, seconds in own.items():
+        if by_cat.get(cat, 0.0) > 0:  # shared out over the path's stretches of that category
+            for row in path:
+                if row["cat"] == cat and row["what"] not in ("unattributed", "release (message, queue)"):
+                    found[_cause(row)] -= seconds * row["seconds"] / by_cat[cat]
+        else:  # the waiter did it and the path did not: its own, which the others did not wait for
+            key = f"{w.task}: {_CAUSE.get(cat, cat)}"
+            found[key] = found.get(key, 0.0) - seconds
+    return found
+
+
 def waits_by_cause(timeline):
     """Every task's waits, by what they waited for: one row per (task, cause) with the task's
     total wait and the seconds of that cause (``cause`` names the task and what it did, e.g.
-    ``"worker:1: injected delay"``); the causes of a task add up to its wait."""
+    ``"worker:1: injected delay"``, largest first). A wait's causes are what its releaser (and
+    what released that...) did since the waiter was last released, less what the waiter did
+    itself in that time: the straggler's delay, not the compute both did. They add up to the
+    wait; a cause the waiter had more of than the path (its own longer compute) is negative."""
     import pandas as pd
 
     chains = pieces(timeline)
@@ -201,17 +244,16 @@ def waits_by_cause(timeline):
     found: dict[tuple[str, str], float] = {}
     total: dict[str, float] = {}
     for chain in chains.values():
+        since = chain[0].start
         for w in chain:
             if w.cat != "wait":
                 continue
             total[w.task] = total.get(w.task, 0.0) + w.seconds
-            for row in _walk(chains, released, w.task, w.end, w.start, starts):
-                who = "unattributed" if row["what"] == "unattributed" else f"{row['task']}: {row['what']}"
-                if row["what"] == "release (message, queue)":
-                    who = "the release (message, queue)"
-                found[(w.task, who)] = found.get((w.task, who), 0.0) + row["seconds"]
+            for cause, seconds in _one_wait(chains, released, starts, w, since).items():
+                found[(w.task, cause)] = found.get((w.task, cause), 0.0) + seconds
+            since = w.end
     rows = [{"task": task, "waited (s)": total[task], "cause": cause, "seconds": sec}
-            for (task, cause), sec in found.items() if sec > 0]  # fmt: skip
+            for (task, cause), sec in found.items() if abs(sec) > 1e-9]  # fmt: skip
     order = {t: i for i, t in enumerate(timeline.tasks)}
     rows.sort(key=lambda r: (order.get(r["task"], len(order)), -r["seconds"]))
     return pd.DataFrame(rows, columns=["task", "waited (s)", "cause", "seconds"])
@@ -222,8 +264,9 @@ def describe_waits(timeline, top: int = 3) -> list[str]:
     table = waits_by_cause(timeline)
     out = []
     for task, rows in table.groupby("task", sort=False):
-        causes = ", ".join(f"{r.seconds:.2f} s for {r.cause}" for r in rows.head(top).itertuples())
-        more = f", and {len(rows) - top} more" if len(rows) > top else ""
+        shown = rows[rows["seconds"] > 0].head(top)
+        causes = ", ".join(f"{r.seconds:.2f} s for {r.cause}" for r in shown.itertuples())
+        more = f", and {len(rows) - len(shown)} more (see the table)" if len(rows) > len(shown) else ""
         out.append(f"{task} waited {rows['waited (s)'].iloc[0]:.2f} s: {causes}{more}")
     return out
 
