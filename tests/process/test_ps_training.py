@@ -157,6 +157,8 @@ def test_sync_global_step_and_gradients_per_step_exact_and_the_barrier_waits_for
     assert sec["worker:1"]["delay"] == pytest.approx(0.02 * 100, rel=0.15)
     assert sec["worker:0"]["wait"] == pytest.approx(sec["worker:1"]["delay"], rel=0.35), sec
     assert "push + token wait" in {p.name for p in cluster.timeline.parts if p.task == "worker:0" and p.cat == "wait"}
+    # and why: worker:0's waits are worker:1's injected delay, all of it (issue 55)
+    timelines.check_cause(cluster.timeline, "worker:0", "worker:1")
 
 
 def test_sync_backup_worker_with_straggler(scripts):

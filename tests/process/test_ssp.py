@@ -65,6 +65,8 @@ def test_bound_holds_with_a_straggler(s):
     assert sum(p.seconds for p in waits) == pytest.approx(fast["wait_time"], rel=0.05, abs=0.005)
     assert sec["worker:0"]["wait"] > 0.2 * sec["worker:0"]["step"], sec["worker:0"]
     assert sec["worker:1"]["delay"] == pytest.approx(0.05 * slow["local_steps"], rel=0.15)
+    # and why: the fast worker's waits are the straggler's injected delay (issue 55)
+    timelines.check_cause(seen["timeline"], "worker:0", "worker:1")
 
 
 def test_without_a_bound_the_fast_worker_runs_ahead():

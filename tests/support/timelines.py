@@ -32,3 +32,18 @@ def check(timeline, measured: Mapping[str, float], tasks=None, rel: float = 0.05
     shares = summary[[c for c in summary.columns if c not in ("steps", "ms/step", "overlap")]]
     assert (shares.sum(axis=1) - 1).abs().max() < 1e-6, summary
     return seconds
+
+
+def check_cause(timeline, waiter: str, straggler: str, rel: float = 0.10) -> float:
+    """The largest cause of ``waiter``'s waits is ``straggler``'s injected delay, and it is the
+    straggler's whole delay within ``rel`` (what an injected straggler must show, every run
+    kind: :func:`lab_utils.critical_path.waits_by_cause`); the causes add up to the wait.
+    Returns those seconds."""
+    table = timeline.waits_by_cause()
+    mine = table[table["task"] == waiter]
+    assert not mine.empty, f"{waiter} never waited: {table}"
+    assert mine["cause"].iloc[0] == f"{straggler}: injected delay", mine
+    assert mine["seconds"].sum() == pytest.approx(mine["waited (s)"].iloc[0], rel=1e-6)
+    delay = sum(p.seconds for p in timeline.parts if p.task == straggler and p.cat == "delay")
+    assert mine["seconds"].iloc[0] == pytest.approx(delay, rel=rel), (mine, delay)
+    return float(mine["seconds"].iloc[0])
