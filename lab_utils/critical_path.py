@@ -120,15 +120,20 @@ def releasers(chains: Mapping[str, list[Piece]]) -> dict[Piece, Piece | None]:
         for w in chain:
             if w.cat != "wait":
                 continue
-            out[w] = None
-            for i in range(bisect.bisect_right(times, w.end + _EPS) - 1, -1, -1):
-                p = ends[i]
-                if p.end < w.start - _EPS:
-                    break
-                if p.task != w.task and (not w.on or p.task in w.on):
-                    out[w] = p
-                    break
+            # what ended by the wait's end first; only if nothing did, what ended within the
+            # clocks' slack after it (a push whose reply came back after the token it released)
+            out[w] = _last_before(ends, times, w, w.end) or _last_before(ends, times, w, w.end + _EPS, w.end)
     return out
+
+
+def _last_before(ends: list[Piece], times: list[float], w: Piece, until: float, after: float | None = None):
+    for i in range(bisect.bisect_right(times, until) - 1, -1, -1):
+        p = ends[i]
+        if p.end < w.start - _EPS or (after is not None and p.end <= after):
+            return None
+        if p.task != w.task and (not w.on or p.task in w.on):
+            return p
+    return None
 
 
 def _starts(chains: Mapping[str, list[Piece]]) -> dict[str, list[float]]:

@@ -156,3 +156,18 @@ def test_the_figures_draw_the_path_over_the_timeline(capsys):
     critical_path.show(run, interactive=False)
     out = capsys.readouterr().out
     assert "worker:0 waited 5.10 s: 5.00 s for worker:1: injected delay" in out
+
+
+def test_a_release_is_what_ended_before_the_wait_ended_or_else_just_after_it():
+    """A push's reply can come back after the token it released (two processes' clocks and the
+    RPC's return): within 2 ms after the wait's end it is still the release, unless something
+    of another task ended before the wait did."""
+    late = [_step("worker:0", 1, 0, 1, ("compute", "compute", 0, 0.1), ("token", "wait", 0.1, 0.5)),
+            _step("worker:1", 1, 0, 1, ("compute", "compute", 0, 0.45), ("push", "comm", 0.45, 0.501))]  # fmt: skip
+    chains = critical_path.pieces(Timeline.from_events(late))
+    (wait,) = [p for p in chains["worker:0"] if p.cat == "wait"]
+    assert critical_path.releasers(chains)[wait].name == "push"
+    early = [*late, _step("worker:2", 1, 0, 1, ("compute", "compute", 0, 0.49))]
+    chains = critical_path.pieces(Timeline.from_events(early))
+    (wait,) = [p for p in chains["worker:0"] if p.cat == "wait"]
+    assert critical_path.releasers(chains)[wait].task == "worker:2"
