@@ -163,7 +163,7 @@ def test_a_release_is_what_ended_before_the_wait_ended_or_else_just_after_it():
     RPC's return): within 2 ms after the wait's end it is still the release, unless something
     of another task ended before the wait did."""
     late = [_step("worker:0", 1, 0, 1, ("compute", "compute", 0, 0.1), ("token", "wait", 0.1, 0.5)),
-            _step("worker:1", 1, 0, 1, ("compute", "compute", 0, 0.45), ("push", "comm", 0.45, 0.501))]  # fmt: skip
+            _step("worker:1", 1, 0, 1, ("compute", "compute", 0, 0.09), ("push", "comm", 0.09, 0.501))]  # fmt: skip
     chains = critical_path.pieces(Timeline.from_events(late))
     (wait,) = [p for p in chains["worker:0"] if p.cat == "wait"]
     assert critical_path.releasers(chains)[wait].name == "push"
