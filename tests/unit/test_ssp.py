@@ -159,6 +159,22 @@ def test_wait_for_turn_polls_until_the_rule_says_yes():
     assert got.fields() == {"clock": 3, "min_clock": 2, "staleness": 1, "wait": round(got.wait, 6)}
 
 
+def test_asking_is_not_waiting_each_read_costs_a_round_trip_and_a_yes_at_once_waits_nothing():
+    """A read of the clocks is a round trip to the PS, every step, bound or no bound: the wait is
+    counted from the first answer (a run without a bound waits 0 s, as Lab 6's model says)."""
+    fake = FakeTime()
+    slow = reads([3, 1], [3, 2])
+
+    def read():  # each read takes 3 ms
+        fake.sleep(0.003)
+        return slow()
+
+    got = ssp.wait_for_turn(read, rule, 0, 3, 1, 10.0, sleep=fake.sleep, now=fake.now)
+    assert got.asked == pytest.approx(0.003) and got.wait == pytest.approx(ssp.FIRST_PAUSE_SECS + 0.003)
+    at_once = ssp.wait_for_turn(read, rule, 0, 3, 5, 10.0, sleep=fake.sleep, now=fake.now)
+    assert (at_once.polls, at_once.wait, at_once.asked) == (1, 0.0, pytest.approx(0.003))
+
+
 def test_wait_for_turn_backs_off_to_a_bounded_pause_and_fails_at_the_deadline():
     fake = FakeTime()
     with pytest.raises(RuntimeError) as info:

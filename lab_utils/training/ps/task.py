@@ -486,13 +486,16 @@ def _wait_for_tokens_taken(sess, size, task, timeout: float) -> None:
 def _before_step(clocks, sess, task, settings: Settings, delay: float, tokens=None) -> Callable[[], None]:
     """Before each step: in SSP mode wait for permission (under ``step_timeout``); in sync
     mode with R = N, for every worker to have its token (:func:`_token_queue_size`); then
-    the straggler's modelled compute time. Each is a span of the step: ``ssp wait`` (wait),
-    the token queue's (:func:`_wait_for_tokens_taken`), ``straggler delay`` (delay)."""
+    the straggler's modelled compute time. Each is a span of the step: ``read clocks`` (comm) and,
+    if told no, ``ssp wait`` (wait), the token queue's (:func:`_wait_for_tokens_taken`), ``straggler delay``."""
 
     def before() -> None:
-        if clocks is not None:
-            with report.span("ssp wait", "wait"):
-                clocks.wait(sess, settings.step_timeout, task.task)
+        if clocks is not None:  # asking (a read of the clocks, every step) and then, if told no, waiting
+            start = time.time()
+            got = clocks.wait(sess, settings.step_timeout, task.task)
+            report.add_span("read clocks", "comm", start, start + got.asked)
+            if got.polls > 1:
+                report.add_span("ssp wait", "wait", start + got.asked, time.time())
         if tokens is not None:
             _wait_for_tokens_taken(sess, tokens, task, settings.step_timeout)
         if delay > 0:

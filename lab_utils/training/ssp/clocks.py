@@ -30,7 +30,8 @@ What the step events carry, so that the bound can be checked afterwards
 Every step event of an SSP run has ``clock`` (this worker's clock when the step
 started: ``local_step - 1``), ``min_clock`` (the smallest clock in the vector that
 allowed it to start, read from the PS), ``staleness`` (``clock - min_clock``) and
-``wait`` (seconds spent waiting for permission). Clocks only go up, so when the
+``wait`` (seconds spent waiting for permission, from the first read's answer: the read
+itself, a round trip to the PS every step, is not waiting). Clocks only go up, so when the
 step started every worker had finished at least ``min_clock`` steps: the bound
 held if ``staleness <= s`` in every event
 (:func:`lab_utils.training.ssp.runs.check_bound`). Importing this module does not
@@ -75,8 +76,9 @@ class Permission:
 
     clock: int  # this worker's clock: steps it had finished
     min_clock: int  # the smallest clock in the vector that allowed it (finished workers excluded)
-    wait: float  # seconds from the first read to the permission
+    wait: float  # seconds from the first read's answer to the permission: 0 when that answer was yes
     polls: int  # reads of the clocks it took
+    asked: float = 0.0  # seconds the first read took (asking costs a round trip to the PS, waiting or not)
 
     @property
     def staleness(self) -> int:
@@ -125,11 +127,14 @@ def wait_for_turn(
     :data:`MAX_PAUSE_SECS`. Raises RuntimeError after ``deadline`` seconds (naming the
     clocks it last saw), or when the PS holds another clock for this worker than the
     ``expected_clock`` steps it has finished (two tasks with the same index)."""
-    t0 = now()
+    start = now()
+    t0 = None  # the first answer: the wait is counted from there (asking is not waiting)
     pause, polls = FIRST_PAUSE_SECS, 0
     while True:
         clocks = as_clocks(read())
         polls += 1
+        if t0 is None:
+            t0 = now()
         own = clocks[index]
         if own != expected_clock:
             raise RuntimeError(
@@ -137,8 +142,8 @@ def wait_for_turn(
                 f"(clocks {clocks}): does another task have the same index?"
             )
         if _rule_says(may_start, own, clocks, bound):
-            return Permission(own, int(min(clocks)), now() - t0, polls)
-        waited = now() - t0
+            return Permission(own, int(min(clocks)), now() - t0 if polls > 1 else 0.0, polls, t0 - start)
+        waited = now() - start
         if waited > deadline:
             low = min(c for i, c in enumerate(clocks) if i != index) if len(clocks) > 1 else math.inf
             slowest = ", ".join(f"worker:{i}" for i, c in enumerate(clocks) if i != index and c == low)
