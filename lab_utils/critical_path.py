@@ -62,6 +62,7 @@ _CAUSE = {
     "eval": "evaluation",
     "other": "other (input, Python)",
     "between": "between steps",
+    "starting": "starting (before its first step)",
     "wait": "waiting",
 }
 
@@ -149,11 +150,14 @@ def _walk(chains, released, task: str, t: float, stop: float, starts: dict | Non
         if t <= stop + 1e-9:
             return rows[::-1]
         i = bisect.bisect_left(starts.get(task, []), t - 1e-9) - 1  # the piece that began before t
-        if i < 0:
+        if i < 0:  # this task had not begun its first step yet
+            rows.append(_row(Piece(task, "before its first step", "starting", stop, t, None), stop, t, None))
             return rows[::-1]
         here = chains[task][i]
         lo = max(here.start, stop)
         r = released.get(here) if here.cat == "wait" else None
+        if r is not None and r.start >= t:  # released by something that began after: no path through it
+            r = None
         if r is None:
             rows.append(_row(here, lo, min(t, here.end), "unattributed" if here.cat == "wait" else None))
             t = lo
@@ -163,7 +167,7 @@ def _walk(chains, released, task: str, t: float, stop: float, starts: dict | Non
         if r.end <= lo:
             t = lo
             continue
-        task, t = r.task, r.end
+        task, t = r.task, min(t, r.end)  # never forward: a release within the slack after the wait's end
     raise RuntimeError(f"the critical path from {task} at {t} did not end: a cycle among the pieces")
 
 
@@ -206,12 +210,14 @@ def _cause(row: dict) -> str:
     return f"{row['task']}: {row['what']}"
 
 
-def _one_wait(chains, released, starts, w: Piece, since: float) -> dict[str, float]:
-    """The causes of wait ``w`` (its task's chain was last released at ``since``): the critical
-    path from the wait's end back to ``since``, less what the waiter itself did from ``since``
-    until it began to wait, category by category. What both did (the same compute, the same
-    pull) cancels; what is left is what the waiter waited for, and adds up to the wait."""
-    path = _walk(chains, released, w.task, w.end, since, starts)
+def _one_wait(chains, released, starts, w: Piece, since: float, released_at: float) -> dict[str, float]:
+    """The causes of wait ``w``: the critical path from the wait's end back to when the waiter's
+    previous wait was released (``released_at``; it noticed at ``since``), less what the waiter
+    itself did from ``since`` until it began to wait, category by category. What both did (the
+    same compute, the same pull) cancels. The previous release's latency (``since -
+    released_at``, counted in the previous wait) is taken off this one's: what is left is what
+    the waiter waited for, and adds up to the wait."""
+    path = _walk(chains, released, w.task, w.end, released_at, starts)
     found: dict[str, float] = {}
     by_cat: dict[str, float] = {}
     for row in path:
@@ -231,6 +237,9 @@ def _one_wait(chains, released, starts, w: Piece, since: float) -> dict[str, flo
         else:  # the waiter did it and the path did not: its own, which the others did not wait for
             key = f"{w.task}: {_CAUSE.get(cat, cat)}"
             found[key] = found.get(key, 0.0) - seconds
+    if since > released_at:
+        key = _cause({"what": "release (message, queue)"})
+        found[key] = found.get(key, 0.0) - (since - released_at)
     return found
 
 
@@ -249,14 +258,16 @@ def waits_by_cause(timeline):
     found: dict[tuple[str, str], float] = {}
     total: dict[str, float] = {}
     for chain in chains.values():
-        since = chain[0].start
+        since = released_at = chain[0].start
         for w in chain:
             if w.cat != "wait":
                 continue
             total[w.task] = total.get(w.task, 0.0) + w.seconds
-            for cause, seconds in _one_wait(chains, released, starts, w, since).items():
+            for cause, seconds in _one_wait(chains, released, starts, w, since, released_at).items():
                 found[(w.task, cause)] = found.get((w.task, cause), 0.0) + seconds
-            since = w.end
+            r = released.get(w)
+            since = w.end  # the waiter went on from here; what released it, possibly a little before
+            released_at = min(w.end, r.end) if r is not None and r.end > w.start else w.end
     rows = [{"task": task, "waited (s)": total[task], "cause": cause, "seconds": sec}
             for (task, cause), sec in found.items() if abs(sec) > 1e-9]  # fmt: skip
     order = {t: i for i, t in enumerate(timeline.tasks)}

@@ -42,8 +42,11 @@ def check_cause(timeline, waiter: str, straggler: str, rel: float = 0.10) -> flo
     table = timeline.waits_by_cause()
     mine = table[table["task"] == waiter]
     assert not mine.empty, f"{waiter} never waited: {table}"
-    assert mine["cause"].iloc[0] == f"{straggler}: injected delay", mine
-    assert mine["seconds"].sum() == pytest.approx(mine["waited (s)"].iloc[0], rel=1e-6)
+    shown = mine.to_string()
+    assert mine["cause"].iloc[0] == f"{straggler}: injected delay", shown
+    assert mine["seconds"].sum() == pytest.approx(mine["waited (s)"].iloc[0], rel=1e-4), (
+        shown
+    )  # float sums of epoch times
     delay = sum(p.seconds for p in timeline.parts if p.task == straggler and p.cat == "delay")
-    assert mine["seconds"].iloc[0] == pytest.approx(delay, rel=rel), (mine, delay)
+    assert mine["seconds"].iloc[0] == pytest.approx(delay, rel=rel), f"{shown}\n{straggler}'s delay: {delay:.3f} s"
     return float(mine["seconds"].iloc[0])
