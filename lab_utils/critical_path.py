@@ -308,7 +308,10 @@ def what_if(timeline, scale: Mapping[str, float] | None = None, tasks: Mapping[s
         if not (isinstance(f, (int, float)) and f >= 0):
             raise ValueError(f"a scale must be a number >= 0, got {cat}: {f!r}")
     chains = pieces(timeline)
-    released = releasers(chains)
+    # only releases that ended by the wait's end: one within the slack after it could close a cycle
+    # (that wait's task's next piece released the releaser's task's wait before it); such a wait
+    # keeps its duration
+    released = {w: (r if r is not None and r.end <= w.end else None) for w, r in releasers(chains).items()}
     prev = {p: (c[i - 1] if i else None) for c in chains.values() for i, p in enumerate(c)}
     new_start: dict[Piece, float] = {}
     new_end: dict[Piece, float] = {}
