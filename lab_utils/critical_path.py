@@ -99,7 +99,7 @@ def pieces(timeline) -> dict[str, list[Piece]]:
             for p in sorted(parts.get((task, s.step), []), key=lambda p: p.start):
                 if p.start > cursor:
                     chain.append(Piece(task, "other", "other", cursor, p.start, s.step))
-                chain.append(Piece(task, p.name, p.cat, p.start, p.end, s.step, tuple(getattr(p, "on", ()) or ())))
+                chain.append(Piece(task, p.name, p.cat, p.start, p.end, s.step, p.on))
                 cursor = p.end
             if s.end > cursor:
                 chain.append(Piece(task, "other", "other", cursor, s.end, s.step))
