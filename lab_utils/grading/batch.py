@@ -36,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
+
 from lab_utils import resources
 from lab_utils.grading import layout, locks, nbapi, quotes, results, scripts
 from lab_utils.grading.gate import EXECUTED, READY, Admission, Gate, Turns
@@ -192,12 +194,15 @@ class _Batch:
         coursedir = nbapi.course_api(root).coursedir
         self.course_id, self.db_url = coursedir.course_id, coursedir.db_url
         self.provenance = results.provenance()
-        if isolate is not False:  # what a grading killed before its cleanup left on this machine
-            removed, failed = remove_orphaned_cgroups()
-            if removed:
-                self.say(f"removed the sandboxes of a grading that died here: {', '.join(removed)}")
-            for line in failed:
-                self.say(f"warning: a dead grading's sandbox would not go: {line}")
+        # what a grading killed before its cleanup left on this machine
+        removed, failed = remove_orphaned_workdirs(self.work.parent)
+        if isolate is not False:
+            more, failed_too = remove_orphaned_cgroups()
+            removed, failed = removed + more, failed + failed_too
+        if removed:
+            self.say(f"removed the sandboxes of a grading that died here: {', '.join(removed)}")
+        for line in failed:
+            self.say(f"warning: a dead grading's sandbox would not go: {line}")
 
     def make_templates(self, labs: list[str]) -> None:
         """The workers' templates (:func:`make_templates`), in this batch's folder."""
@@ -376,6 +381,36 @@ class _Batch:
     def cleanup(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
         self.claims.release()
+
+
+def remove_orphaned_workdirs(tmp: Path) -> tuple[list[str], list[str]]:
+    """Remove this user's batch folders in ``tmp`` (``labgrade-<pid>-*``) whose batch ``pid``
+    is gone: a grader killed before its cleanup (SIGKILL, the OOM killer, a Slurm node that
+    failed) leaves its templates and sandboxes' folders there. Returns the names removed and,
+    for any that would not go, why."""
+    removed, failed = [], []
+    for d in sorted(tmp.glob("labgrade-*-*")):
+        pid = d.name.split("-")[1]
+        try:
+            if not pid.isdigit() or int(pid) == os.getpid() or psutil.pid_exists(int(pid)):
+                continue
+            if not d.is_dir() or d.is_symlink() or d.lstat().st_uid != os.getuid():
+                continue
+        except OSError:  # gone meanwhile (its owner's cleanup): nothing to do
+            continue
+        errors = _rmtree(d)
+        if errors:
+            failed.append(f"{d}: {errors[0]}")
+        else:
+            removed.append(d.name)
+    return removed, failed
+
+
+def _rmtree(folder: Path) -> list[str]:
+    """Remove ``folder``; what would not go, each with why."""
+    errors: list[str] = []
+    shutil.rmtree(folder, onerror=lambda _f, path, exc: errors.append(f"{path}: {exc[1]}"))
+    return errors
 
 
 def _prepare(root: Path, labs: list[str]) -> None:

@@ -454,3 +454,23 @@ def test_check_prediction_passes_within_the_tolerance_and_says_what_is_off():
         grading.check_prediction("x", 0, 1.0, tolerance=0.25)
     with pytest.raises(AssertionError, match="predict a positive number, got True"):
         grading.check_prediction("x", True, 1.0, tolerance=0.25)
+
+
+def test_a_dead_batch_s_folder_goes_and_a_live_one_s_stays(tmp_path):
+    """A batch killed before its cleanup (SIGKILL, a Slurm node that failed) leaves
+    ``labgrade-<pid>-*`` in the temporary folder; the next batch removes it, never a live
+    batch's, and names what would not go."""
+    from lab_utils.grading.batch import remove_orphaned_workdirs
+
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    gone = tmp_path / f"labgrade-{dead.pid}-abc"
+    (gone / "3-x" / "template").mkdir(parents=True)
+    (gone / "3-x" / "template" / "lab.ipynb").write_text("{}")
+    live = tmp_path / f"labgrade-{os.getppid()}-def"
+    live.mkdir()
+    other = tmp_path / "labgrade-notapid-x"
+    other.mkdir()
+    assert remove_orphaned_workdirs(tmp_path) == ([gone.name], [])
+    assert not gone.exists() and live.exists() and other.exists()
+    assert remove_orphaned_workdirs(tmp_path) == ([], [])
