@@ -20,8 +20,11 @@ grader's environment as the crafted-class test has them:
 
 ``grading/validation.json`` keeps the expected and actual score and flags of each, and per lab the
 date, the machine, the commit and a hash of what its verdicts depend on (:data:`VERDICT_INPUTS`:
-the grader in ``lab_utils/grading``, the lab's own source, the grading settings, the crafted kinds,
-the mutants; :func:`inputs_hash`); ``grading/VALIDATION.md`` is rendered from it. ``tests/unit/test_validation.py`` fails
+``lab_utils`` (the grader, and the training code, cluster and plots a graded notebook runs), the
+lab's own source, its parameters, the grading settings, the lock, the crafted kinds, the mutants;
+:func:`inputs_hash`), and the facts of each lab's graded known-good notebook (quiet, its figures,
+its outputs' size, its feedback quoting no hidden test: ``tests/support/graded.py``; the suite
+grades no lab's solution itself); ``grading/VALIDATION.md`` is rendered from it. ``tests/unit/test_validation.py`` fails
 while a crafted kind or a mutant is missing from it, when a verdict is not "as expected" (recomputed
 from the plan as it is now), or when an input changed since it was made. ``--labs`` grades those
 labs again and keeps the others' rows with their own provenance. Needs root (an isolated grader:
@@ -49,7 +52,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from support import crafted  # noqa: E402
+from support import crafted, graded  # noqa: E402
 
 from lab_utils.grading import layout  # noqa: E402
 
@@ -58,9 +61,15 @@ MARKDOWN = REPO / "grading" / "VALIDATION.md"
 #: what the verdicts depend on: the grader, the labs' sources (their hidden tests) and grading
 #: settings, the crafted submissions and the mutants. A change to any of them dates the validation.
 VERDICT_INPUTS = (
-    "lab_utils/grading",
+    # the grader, and everything a graded notebook runs (the training code, the cluster, the
+    # plots): a change there can change a score, a flag or a notebook's facts
+    "lab_utils",
     "grading/source",
     "grading/settings.yml",
+    "grading/nbgrader_config.py",
+    "labs/params.yml",
+    "requirements/constraints.txt",  # the lock: TensorFlow's, nbgrader's versions
+    "tests/support/graded.py",
     "tests/support/crafted.py",
     "tests/support/hostile.py",
     "tests/unit/test_mutants.py",
@@ -72,6 +81,8 @@ NOT_THE_GRADER = ("lab_utils/grading/slides.py", "lab_utils/grading/templates/sl
 #: instructor's whole cell timeout: a shorter one for the lab cut its known-good cells short on a
 #: busy machine.)
 OVERRIDES = {crafted.CLASS_LAB: crafted.CLASS_SETTINGS}
+#: the known-good submission of every lab's validation class
+KNOWN_GOOD = "correct"
 
 
 def _input_files(root: Path = REPO) -> list[str]:
@@ -148,8 +159,9 @@ def verdict(result: dict, points: dict[str, float], lost: list[str], flags: tupl
     }
 
 
-def grade(labs: list[str], jobs: int, progress=print) -> dict:
-    """Grade every lab's validation class; ``{lab: {student: row}}``."""
+def grade(labs: list[str], jobs: int, progress=print) -> tuple[dict, dict]:
+    """Grade every lab's validation class: ``{lab: {student: row}}``, and the facts of each lab's
+    graded known-good notebook (:func:`_facts`) by lab."""
     from lab_utils.grading import batch
 
     rows: dict[str, dict] = {}
@@ -174,6 +186,7 @@ def grade(labs: list[str], jobs: int, progress=print) -> dict:
                     os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
         finally:
             crafted.remove_decoy(decoy)
+            notebooks = {lab: _facts(root, lab) for lab in labs}
         by = {(r["lab"], r["student"]): r for r in results}
         for lab in labs:
             points, plan = plans[lab]
@@ -184,7 +197,17 @@ def grade(labs: list[str], jobs: int, progress=print) -> dict:
                 progress(
                     f"{lab} {student}: {'as expected' if rows[lab][student]['as_expected'] else 'NOT AS EXPECTED'}"
                 )
-    return rows
+    return rows, notebooks
+
+
+def _facts(root: Path, lab: str) -> dict:
+    """The known-good submission's graded notebook and feedback (``tests/support/graded.py``)."""
+    feedback = sorted((root / "feedback" / KNOWN_GOOD / lab).glob("*.html"))
+    return graded.notebook_facts(
+        root / "autograded" / KNOWN_GOOD / lab / f"{lab}.ipynb",
+        REPO / "grading" / "source" / lab / f"{lab}.ipynb",
+        "".join(f.read_text() for f in feedback) if feedback else "",
+    ) | {"feedback_pages": len(feedback)}
 
 
 def mutants(labs: list[str], progress=print) -> dict:
@@ -256,13 +279,15 @@ def render(data: dict) -> str:
         "every lab, with the score and flags each must get. Made by `python bench/bench_validation.py`",
         "(it explains what it grades, and how); rendered from `grading/validation.json`.",
         "`tests/unit/test_validation.py` fails while a crafted kind or a mutant is missing here, when a",
-        "verdict is not as expected, or when what the verdicts depend on (the grader in `lab_utils/grading`,",
-        "the labs' sources and grading settings, the crafted kinds, the mutants) changed since it was made.",
+        "verdict is not as expected, or when what the verdicts depend on (`lab_utils`: the grader and what a lab",
+        "runs; the labs' sources, parameters and grading settings; the lock; the crafted kinds; the mutants)",
+        "changed since it was made. It also records each lab's graded known-good notebook: quiet, its figures,",
+        "its outputs' size, and a feedback page that quotes no hidden test.",
         "",
         f"- **Made:** {', '.join(sorted({m['date'] for m in data['made'].values()}))}",
         f"- **Machine:** {', '.join(sorted({m['machine'] for m in data['made'].values()}))}",
-        "- **Commit and verdict inputs** (`inputs`: the hash of the grader, the labs' sources and settings, the "
-        "crafted kinds and the mutants): " + _provenance(data["made"]),
+        "- **Commit and verdict inputs** (`inputs`: the hash of `lab_utils`, the labs' sources, parameters and "
+        "settings, the lock, the crafted kinds and the mutants): " + _provenance(data["made"]),
         f"- **Verdicts:** {good} of {len(rows) + len(muts)} as expected "
         f"({len(rows)} graded submissions, {len(muts)} mutants)",
         "",
@@ -287,6 +312,16 @@ def render(data: dict) -> str:
                 f"{_cell(', '.join(r['expected_flags']) or 'none')} | {_cell(flags)} | "
                 f"{'as expected' if r['as_expected'] else '**NOT AS EXPECTED**'} |"
             )
+        facts = data.get("notebooks", {}).get(lab)
+        if facts:
+            noisy = "quiet" if not facts["noisy_cells"] else f"**{len(facts['noisy_cells'])} noisy cell(s)**"
+            lines += [
+                "",
+                f"The known-good submission's graded notebook: {noisy}, "
+                f"{facts['figures'] - len(facts['figures_missing'])} of {facts['figures']} announced figures shown, "
+                f"its largest cell's outputs {facts['largest_output_bytes'] / 1024:.0f} KiB; its feedback "
+                + ("**quotes a hidden test**." if facts["feedback_quotes_hidden_tests"] else "quotes no hidden test."),
+            ]
         if data["mutants"].get(lab):
             lines += [
                 "",
@@ -303,7 +338,7 @@ def render(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def merge(old: dict, graded: dict, mutated: dict, made: dict) -> dict:
+def merge(old: dict, graded: dict, notebooks: dict, mutated: dict, made: dict) -> dict:
     """``old`` with these labs' rows, mutants and provenance in their place, in the labs' order:
     each lab keeps the provenance of the run that made its rows."""
     order = layout.source_labs()
@@ -312,7 +347,12 @@ def merge(old: dict, graded: dict, mutated: dict, made: dict) -> dict:
         both = {**old.get(key, {}), **new}
         return {lab: both[lab] for lab in order if lab in both}
 
-    return {"made": pick("made", made), "labs": pick("labs", graded), "mutants": pick("mutants", mutated)}
+    return {
+        "made": pick("made", made),
+        "labs": pick("labs", graded),
+        "notebooks": pick("notebooks", notebooks),
+        "mutants": pick("mutants", mutated),
+    }
 
 
 def main(argv=None) -> int:
@@ -338,7 +378,7 @@ def main(argv=None) -> int:
     made = {"date": datetime.date.today().isoformat(), "machine": _machine(), "isolated": True}
     made["commit"] = _commit()
     made_for = {lab: made | {"inputs": inputs_hash(lab=lab)} for lab in labs}  # what is graded: as the run starts
-    graded = grade(labs, args.jobs)
+    graded, notebooks = grade(labs, args.jobs)
     mutated = mutants(labs)
     if any(inputs_hash(lab=lab) != m["inputs"] for lab, m in made_for.items()):
         print(
@@ -349,7 +389,7 @@ def main(argv=None) -> int:
     for m in made_for.values():
         m["wall_s"] = round(time.monotonic() - t0, 1)
     old = json.loads(JSON.read_text()) if JSON.is_file() and args.labs else {"labs": {}, "mutants": {}, "made": {}}
-    data = merge(old, graded, mutated, made_for)
+    data = merge(old, graded, notebooks, mutated, made_for)
     JSON.write_text(json.dumps(data, indent=1) + "\n")
     MARKDOWN.write_text(render(data))
     bad = [f"{lab} {s}" for lab, rows in data["labs"].items() for s, r in rows.items() if not r["as_expected"]] + [

@@ -1,9 +1,9 @@
 """An instructor's worst week: crafted submissions graded as a class, in parallel
 sandboxes. Lab 1 meets every kind (those that spoil different cells of a correct
-submission combined in one student's, STUDENTS); Labs 2-5 a half-done submission (the kernel killed;
-Lab 5: one function of its script hanging), the four in one course. (A complete
-Lab 2-5 submission whose training script forges its throughput is graded in
-tests/notebooks/test_labs.py, as that lab's solution.) Each gets the expected score and flag, nothing is left running,
+submission combined in one student's, STUDENTS). (Every lab's solution, release, vandal, forgers,
+attacks and half-done submission, the kernel killed, are graded by bench/bench_validation.py, its
+verdicts checked by tests/unit/test_validation.py; Lab 2's half-done one again on Slurm nodes,
+tests/process/test_slurm.py.) Each gets the expected score and flag, nothing is left running,
 a second run resumes without grading anything again, and Ctrl-C stops a batch at once."""
 
 from __future__ import annotations
@@ -255,43 +255,6 @@ def test_a_second_run_resumes_and_a_changed_submission_is_graded_again(graded):
     assert sum(c["score"] for c in again["partly"]["cells"]) == sum(crafted.test_points(LAB, root).values())
     for student in set(results) - {"partly"}:  # unchanged: not graded again
         assert again[student]["provenance"]["graded_at"] == results[student]["provenance"]["graded_at"]
-
-
-@pytest.fixture(scope="module")
-def patchy_graded(tmp_path_factory):
-    """Labs 2-5 handed in half done by one student: the kernel killed early (Lab 5: one
-    function of its script hanging in the training process), graded in one course by one
-    batch, two at a time as on a grader's two cores (four batches one after another cost the
-    suite about 40 s more): ``(root, {lab: result})``."""
-    # Lab 5's hang costs a cell timeout: 22 s for its two CPUs, which the batch stretches to
-    # 44 s where two at a time leave it one core (this machine's two), 6.5x its longest
-    # legitimate cell on a fast day (6.7 s), so a day 2.5x as slow with a busy core beside it
-    # (34 s) still finishes every other cell in time. The other labs hang nowhere: the default
-    # timeout. (At 22 s for every lab, a Lab 2 cell that starts a cluster ran past it on a slow
-    # day under load, flagged "timed out".)
-    settings = "defaults:\n  interrupt_grace: 10\nlabs:\n  05_alexnet:\n    cell_timeout: 22\n"
-    labs = sorted(crafted.PATCHY)
-    root, subs = crafted.course(tmp_path_factory.mktemp("patchy"), labs, settings)
-    for lab in labs:  # a batch takes students in name order: the one who hangs first, beside the others
-        crafted.write("patchy", lab, subs, student="hangs" if crafted.patchy_loops(lab) else "patchy", root=root)
-    results = batch.autograde(subs, labs, root, jobs=4)  # two turns a lab (its 2 CPUs): two at once
-    return root, {r["lab"]: r for r in results}
-
-
-@pytest.mark.parametrize("lab", sorted(crafted.PATCHY))
-def test_a_dead_kernel_or_a_loop_costs_only_what_depends_on_it(lab, patchy_graded):
-    root, results = patchy_graded
-    r = results[lab]
-    plan = crafted.PATCHY[lab]
-    assert r["status"] == "graded", (r.get("reason"), r.get("log_tail"))
-    points = crafted.test_points(lab, root)
-    statuses = {c["grade_id"]: c["status"] for c in r["cells"]}
-    assert set(statuses) == set(points)
-    assert sorted(g for g, s in statuses.items() if s == "passed") == sorted(plan["passes"]), statuses
-    assert r["score"] == sum(points[g] for g in plan["passes"]), r["cells"]
-    kinds = {f["kind"] for f in r["flags"]}
-    assert kinds == {"kernel died", *(["timed out"] if crafted.patchy_loops(lab) else [])}, r["flags"]
-    assert _left_running() == []
 
 
 def _sandboxes_of(pid: int) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -47,6 +48,36 @@ def test_it_covers_every_lab_and_every_crafted_kind(data):
         assert set(rows) == set(plan), f"{lab}: the validation class changed since the bench ran"
         assert {rows[s]["kinds"] for s in rows} == {kinds for kinds, _, _ in plan.values()}, lab
         assert rows.get("release", {}).get("kinds") == "blank" and "correct" in rows, lab
+
+
+#: what the graded known-good notebook of a lab must print about the scripts it compares with: the
+#: instructor's, from grading/reference/ (the sandbox's read-only view of it), never a student's
+#: or a stale copy
+REFERENCE_LINES = {
+    "03_ps_sync": r"^async runs use /\S*/reference/02_ps_async/train_async\.py$",
+    "04_allreduce": r"^sync PS runs use /\S*/reference/03_ps_sync/train_sync\.py$",
+}
+
+
+def test_every_labs_graded_solution_is_quiet_shows_its_figures_and_its_feedback_quotes_no_hidden_test(data):
+    """What the suite checked by grading each lab's solution itself, recorded by the bench from
+    the graded known-good notebook (tests/support/graded.py): the suite grades none (issue 52's
+    suite time), the validation grades every one."""
+    from lab_utils.grading.execute import CapOutputBytes
+
+    cap = CapOutputBytes.max_bytes.default_value
+    assert list(data.get("notebooks", {})) == layout.source_labs(), "python bench/bench_validation.py"
+    for lab, facts in data["notebooks"].items():
+        assert facts["noisy_cells"] == [], (lab, facts["noisy_cells"])
+        assert facts["tensorflow_imported"], lab
+        assert facts["figures"] >= 1 and facts["figures_missing"] == [], (lab, facts)
+        # an honest cell stays far from the grader's output cap (a cut is flagged 'huge output cut')
+        assert facts["largest_output_bytes"] < cap / 3, (lab, facts["largest_output_bytes"])
+        assert facts["feedback_pages"] >= 1 and facts["feedback_shows_visible_tests"], (lab, facts)
+        assert not facts["feedback_quotes_hidden_tests"], lab
+        pattern = REFERENCE_LINES.get(lab)
+        lines = facts["reference_lines"]
+        assert (lines and all(re.match(pattern, x) for x in lines)) if pattern else lines == [], (lab, lines)
 
 
 def test_it_covers_every_mutant(data):
@@ -95,9 +126,9 @@ def test_it_was_made_by_an_isolated_grader_with_the_inputs_as_they_are(bench, da
         )
 
 
-def test_the_inputs_hash_sees_the_grader_and_each_labs_own_source_and_not_the_slides(bench, tmp_path):
-    """A change to the grader dates every lab's validation, one to a lab's source that lab's; one to
-    the lecture decks' code none."""
+def test_the_inputs_hash_sees_lab_utils_the_lock_and_each_labs_own_source_and_not_the_slides(bench, tmp_path):
+    """A change to the grader, to what a graded notebook runs (the training code) or to the lock
+    dates every lab's validation, one to a lab's source that lab's; one to the lecture decks' code none."""
     import shutil
 
     for name in bench._input_files():
@@ -114,7 +145,9 @@ def test_the_inputs_hash_sees_the_grader_and_each_labs_own_source_and_not_the_sl
     assert bench.inputs_hash(tmp_path) != before  # one lab's source: that lab's rows are dated, not the others'
     assert bench.inputs_hash(tmp_path, lab="06_communication") != per_lab["06_communication"]
     assert bench.inputs_hash(tmp_path, lab="01_single_node") == per_lab["01_single_node"]
-    grader = tmp_path / "lab_utils/grading/batch.py"
-    grader.write_text(grader.read_text() + "\n# changed\n")
-    assert bench.inputs_hash(tmp_path) != before
-    assert bench.inputs_hash(tmp_path, lab="01_single_node") != per_lab["01_single_node"]  # the grader: every lab
+    for shared in ("lab_utils/grading/batch.py", "lab_utils/training/ps/task.py", "requirements/constraints.txt"):
+        path = tmp_path / shared  # the grader, what a graded notebook runs, the lock: every lab
+        path.write_text(path.read_text() + "\n# changed\n")
+        assert bench.inputs_hash(tmp_path) != before, shared
+        assert bench.inputs_hash(tmp_path, lab="01_single_node") != per_lab["01_single_node"], shared
+        per_lab["01_single_node"] = bench.inputs_hash(tmp_path, lab="01_single_node")
