@@ -60,6 +60,8 @@ JSON = REPO / "grading" / "validation.json"
 MARKDOWN = REPO / "grading" / "VALIDATION.md"
 #: what the verdicts depend on: the grader, the labs' sources (their hidden tests) and grading
 #: settings, the crafted submissions and the mutants. A change to any of them dates the validation.
+#: the packages of the labs in grading/drafts/, by draft: out of the inputs until their lab joins
+DRAFT_PACKAGES = ("lab_utils/training/modelpar/",)
 VERDICT_INPUTS = (
     # the grader, and everything a graded notebook runs (the training code, the cluster, the
     # plots): a change there can change a score, a flag or a notebook's facts
@@ -74,8 +76,13 @@ VERDICT_INPUTS = (
     "tests/support/hostile.py",
     "tests/unit/test_mutants.py",
 )
-#: in the grading package for its command line, but lecture material, not the grader
-NOT_THE_GRADER = ("lab_utils/grading/slides.py", "lab_utils/grading/templates/slides/")
+#: in the grading package for its command line, but lecture material, not the grader; and the code
+#: of a lab still in grading/drafts/ (no graded lab imports it: tests/unit/test_validation.py)
+NOT_THE_GRADER = (
+    "lab_utils/grading/slides.py",
+    "lab_utils/grading/templates/slides/",
+    *DRAFT_PACKAGES,
+)
 #: per-lab settings beside the instructor's: Lab 1's crafted class's (a short cell timeout for its
 #: endless loop, a small disk for its filler). (Lab 5's half-done submission hangs a cell for the
 #: instructor's whole cell timeout: a shorter one for the lab cut its known-good cells short on a
