@@ -261,3 +261,24 @@ def test_a_runs_setting_and_step_time_are_read_from_its_steps_after_the_first(tm
     run.events = pd.DataFrame([{"task": "rank:0", "step": 1, "time": 1.0}])
     with pytest.raises(ValueError, match="no timed steps"):
         choice.step_seconds(run)
+
+
+def test_a_link_is_fitted_to_its_ring_steps_and_prices_a_setting(tmp_path):
+    alpha, beta = 2e-4, 8 / 90e6  # 200 us, 90 Mbit/s
+    rows = [(m, alpha + m * beta) for m in (2**14, 2**18, 2**20, 2**22)]
+    link = choice.fit_link(rows, where="2 ranks, test")
+    assert link.alpha == pytest.approx(alpha, rel=1e-6) and link.beta == pytest.approx(beta, rel=1e-6)
+    assert link.bandwidth_bps == pytest.approx(90e6) and "90 Mbit/s" in link.describe()
+    assert list(link.table()["alpha + m beta (s)"]) == pytest.approx([t for _, t in rows])
+    # a latency the fit puts below 0 (noise on tiny steps): the line through the origin
+    assert choice.fit_link([(1000, 1e-5), (2000, 2.2e-5)]).alpha == 0.0
+    for bad in ([(1000, 1e-3)], [(1000, 1e-3), (1000, 2e-3)], [(1000, 0.0), (2000, 1e-3)]):
+        with pytest.raises(ValueError, match="two sizes"):
+            choice.fit_link(bad)
+    run = _zero_run(tmp_path, 2, np.zeros(1000, np.float32), [6000, 6000])
+    run.events = pd.DataFrame([_timed_step("rank:0", t, 10.0 * t, 0.5, 0.1) for t in range(1, 4)])
+    s = choice.zero_setting(run, link)
+    assert (s.alpha, s.beta) == (link.alpha, link.beta)
+    for bad in (0, -1e6, "100mbit", True):
+        with pytest.raises(ValueError, match="link must be"):
+            choice.zero_setting(run, bad)

@@ -9,7 +9,8 @@ step takes. This module holds what is not the exercise:
 - :func:`table` and :func:`choose` (the fastest strategy that fits; the simpler one on a tie,
   in the order of :data:`STRATEGIES`);
 - the settings measured from the lab's own runs (:func:`zero_setting` for Part B's data
-  parallelism and ZeRO on an emulated link, :func:`pipeline_setting` for Part D's pipeline),
+  parallelism and ZeRO on an emulated link, with the :class:`Link`'s alpha and beta fitted
+  to ring steps measured on those links, :func:`fit_link`; :func:`pipeline_setting` for Part D's pipeline),
   with each run's measured step time (:func:`step_seconds`), so that a prediction is checked
   against what the same run took (:func:`against_runs`).
 
@@ -28,6 +29,8 @@ import pandas as pd
 __all__ = [
     "STRATEGIES",
     "Setting",
+    "Link",
+    "fit_link",
     "table",
     "choose",
     "step_seconds",
@@ -168,14 +171,65 @@ def compute_seconds(run) -> float:
     return max(float(np.median(v)) for v in by_task.values())
 
 
-def zero_setting(run, bandwidth_bps: float, alpha: float = 0.0, memory_bytes: float = math.inf) -> Setting:
-    """The :class:`Setting` of a Part B run on links of ``bandwidth_bps`` bits per second: its P
-    and N, and one process's compute, N times what a rank computed (each rank's batch is 1/N
-    of the step's)."""
-    if not bandwidth_bps > 0:
-        raise ValueError(f"bandwidth_bps must be > 0, got {bandwidth_bps!r}")
+@dataclass(frozen=True)
+class Link:
+    """Lab 6's alpha and beta of a cluster's links, fitted to ring steps measured on them
+    (:func:`lab_utils.training.modelpar.runs.probe_link`): ``rows`` are ``(bytes, seconds)``."""
+
+    alpha: float
+    beta: float
+    where: str
+    rows: tuple[tuple[int, float], ...]
+
+    @property
+    def bandwidth_bps(self) -> float:
+        """The bits per second a ring step's messages moved at (both directions of a link busy)."""
+        return 8.0 / self.beta if self.beta > 0 else math.inf
+
+    def table(self) -> pd.DataFrame:
+        rows = [{"bytes": m, "measured (s)": t, "alpha + m beta (s)": self.alpha + m * self.beta} for m, t in self.rows]
+        return pd.DataFrame(rows).set_index("bytes")
+
+    def describe(self) -> str:
+        return (
+            f"{self.where}: alpha {self.alpha * 1e6:.0f} us, beta {self.beta * 1e9:.3g} ns/B "
+            f"({self.bandwidth_bps / 1e6:.4g} Mbit/s), fitted to {len(self.rows)} ring step sizes"
+        )
+
+    def __repr__(self) -> str:
+        return f"Link({self.describe()})"
+
+
+def fit_link(rows: Iterable[tuple[int, float]], where: str = "") -> Link:
+    """:class:`Link` of ``(bytes, seconds)`` ring steps: alpha and beta (both >= 0) by least
+    squares on each step's relative error (the small messages count as much as the large)."""
+    rows = tuple((int(m), float(t)) for m, t in rows)
+    if len({m for m, _ in rows}) < 2 or any(not (t > 0 and math.isfinite(t)) for _, t in rows):
+        raise ValueError(f"fit_link needs steps of two sizes or more, each > 0 seconds, got {rows}")
+    m = np.array([r[0] for r in rows], float)
+    t = np.array([r[1] for r in rows], float)
+    a = np.stack([1 / t, m / t], axis=1)  # (alpha + m beta) / t = 1
+    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if alpha < 0:  # latency below what the fit can see: the line through the origin
+        alpha, beta = 0.0, float(np.sum(m / t) / np.sum((m / t) ** 2))
+    elif beta < 0:
+        alpha, beta = float(np.median(t)), 0.0
+    return Link(alpha=float(alpha), beta=float(beta), where=where, rows=rows)
+
+
+def zero_setting(run, link: Link | float, memory_bytes: float = math.inf) -> Setting:
+    """The :class:`Setting` of a Part B run: its P and N, one process's compute (N times what a
+    rank computed: each rank's batch is 1/N of the step's), and the links' alpha and beta from
+    ``link``: a :class:`Link` measured on the run's links, or a nominal bandwidth in bits per
+    second (alpha 0)."""
+    if isinstance(link, Link):
+        alpha, beta = link.alpha, link.beta
+    elif isinstance(link, (int, float, np.number)) and not isinstance(link, bool) and link > 0:
+        alpha, beta = 0.0, 8.0 / float(link)
+    else:
+        raise ValueError(f"link must be a Link (runs.probe_link) or a bandwidth in bits per second > 0, got {link!r}")
     return Setting(params=run.params, ranks=run.ranks, memory_bytes=memory_bytes, alpha=alpha,
-                   beta=8.0 / bandwidth_bps, compute_s=run.ranks * compute_seconds(run))  # fmt: skip
+                   beta=beta, compute_s=run.ranks * compute_seconds(run))  # fmt: skip
 
 
 def pipeline_setting(run, bandwidth_bps: float | None = None, alpha: float = 0.0) -> Setting:

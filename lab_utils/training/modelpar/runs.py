@@ -15,6 +15,7 @@ imports TensorFlow into the kernel.
 * Part D: :func:`run_pipeline` (the student's micro-batch schedule on p stages, or the
   one-process reference), :class:`PipelineRun`'s ``bubble()`` from the run's spans, and
   :func:`bubble_table`.
+* Part E: :func:`probe_link` (the links' alpha and beta, fitted to ring steps timed on them).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ __all__ = [
     "PipelineRun",
     "run_pipeline",
     "bubble_table",
+    "PROBE_SIZES",
+    "probe_link",
 ]
 
 MB = 1024**2
@@ -391,3 +394,33 @@ def bubble_table(runs: Iterable[PipelineRun], reference: PipelineRun | None = No
             row["weights vs reference (max rel)"] = max_difference(run.weights(), ref)["max_rel"]
         rows.append(row)
     return pd.DataFrame(rows).set_index("run")
+
+
+# ----------------------------------------------------------------------------- Part E
+
+#: message sizes of :func:`probe_link`: 512 KiB to 4 MiB, the messages of Part B's rings (0.54 MB
+#: and 3.7 MB a ring step for its 0.27 M and 1.9 M-parameter MLPs on 2 ranks); smaller ones pass
+#: an emulated link's burst faster than its rate, which is not what the ring's large ones meet
+PROBE_SIZES = (2**19, 2**20, 2**21, 2**22)
+
+
+@takes_launch_options(timeout=180, progress=False)
+def probe_link(
+    hosts: str | EmulatedHosts | None = None,
+    np: int = 2,
+    sizes: Sequence[int] = PROBE_SIZES,
+    repeats: int = 5,
+    *,
+    options: LaunchOptions,
+):
+    """Lab 6's alpha and beta of the links between ``np`` ranks on ``hosts`` (as :func:`run_zero`
+    takes them), fitted to ring steps of ``sizes`` bytes timed on them
+    (:mod:`lab_utils.training.modelpar.probe`): a
+    :class:`~lab_utils.training.modelpar.choice_runs.Link`."""
+    from lab_utils.training.modelpar.choice_runs import fit_link
+
+    args = ["--sizes", *sizes, "--repeats", repeats]
+    with _job(np, "probe", args, memory=RANK_MEMORY_BYTES, name="probe", options=options, hosts=hosts) as job:
+        result = job.wait()["rank:0"]
+    where = f"{np} ranks" + (_where(hosts) or ", loopback")
+    return fit_link([(r["bytes"], r["seconds"]) for r in result["rows"]], where=where)
