@@ -37,9 +37,9 @@ def ring_step_seconds(comm, size: int, repeats: int) -> float:
     times = []
     for _ in range(repeats):
         comm.Barrier()
-        t0 = time.perf_counter()
+        began = time.perf_counter()
         comm.Sendrecv(send, dest=right, recvbuf=recv, source=left)
-        times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+        times.append(comm.allreduce(time.perf_counter() - began, op=MPI.MAX))
     if n > 1 and recv[0] != left % 251:
         raise RuntimeError(f"rank {rank}: the ring step delivered {recv[0]}, not rank {left}'s bytes")
     return float(np.median(times))
