@@ -76,6 +76,9 @@ VERDICT_INPUTS = (
     "tests/support/hostile.py",
     "tests/unit/test_mutants.py",
 )
+#: inputs that hold one entry per lab: a lab's hash takes its own entry only (Lab 6's CI parameters
+#: are not Lab 1's input)
+PER_LAB_FILES = ("labs/params.yml",)
 #: in the grading package for its command line, but lecture material, not the grader; and the code
 #: of a lab still in grading/drafts/ (no graded lab imports it: tests/unit/test_validation.py)
 NOT_THE_GRADER = (
@@ -117,16 +120,26 @@ def _another_labs(name: str, lab: str) -> bool:
 
 def inputs_hash(root: Path = REPO, lab: str | None = None) -> str:
     """SHA-256 of the verdict inputs as they are in the working tree (paths and bytes). With
-    ``lab``, of that lab's: the other labs' sources are left out, so a change to one lab's
-    source dates only its rows (the grader, the settings, the crafted kinds and the mutants
-    date every lab's)."""
+    ``lab``, of that lab's: the other labs' sources, and their entries of :data:`PER_LAB_FILES`,
+    are left out, so a change to one lab's source or parameters dates only its rows (lab_utils,
+    the settings, the lock, the crafted kinds and the mutants date every lab's)."""
     digest = hashlib.sha256()
     for name in _input_files(root):
         if lab is not None and _another_labs(name, lab):
             continue
         path = root / name
-        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"(deleted)") + b"\0")
+        data = path.read_bytes() if path.is_file() else b"(deleted)"
+        if lab is not None and name in PER_LAB_FILES and path.is_file():
+            data = _labs_entry(data, lab)
+        digest.update(name.encode() + b"\0" + data + b"\0")
     return digest.hexdigest()
+
+
+def _labs_entry(data: bytes, lab: str) -> bytes:
+    """``lab``'s entry of a per-lab YAML file (:data:`PER_LAB_FILES`), canonical: its other
+    labs' entries are not this lab's input."""
+    entry = (yaml.safe_load(data) or {}).get(lab)
+    return b"entry:" + json.dumps(entry, sort_keys=True, default=str).encode()
 
 
 def _settings() -> str:

@@ -148,6 +148,11 @@ def test_the_inputs_hash_sees_lab_utils_the_lock_and_each_labs_own_source_and_no
     assert bench.inputs_hash(tmp_path) != before  # one lab's source: that lab's rows are dated, not the others'
     assert bench.inputs_hash(tmp_path, lab="06_communication") != per_lab["06_communication"]
     assert bench.inputs_hash(tmp_path, lab="01_single_node") == per_lab["01_single_node"]
+    params = tmp_path / "labs/params.yml"  # one lab's parameters: that lab's rows, not the others'
+    params.write_text(params.read_text().replace("COMPRESSION_STEPS:", "COMPRESSION_STEPS: 7\n    X_UNUSED:", 1))
+    assert bench.inputs_hash(tmp_path, lab="06_communication") != per_lab["06_communication"]
+    assert bench.inputs_hash(tmp_path, lab="01_single_node") == per_lab["01_single_node"]
+    assert bench.inputs_hash(tmp_path) != before
     for shared in ("lab_utils/grading/batch.py", "lab_utils/training/ps/task.py", "requirements/constraints.txt"):
         path = tmp_path / shared  # the grader, what a graded notebook runs, the lock: every lab
         path.write_text(path.read_text() + "\n# changed\n")
