@@ -58,10 +58,10 @@ from lab_utils.grading import layout  # noqa: E402
 
 JSON = REPO / "grading" / "validation.json"
 MARKDOWN = REPO / "grading" / "VALIDATION.md"
-#: what the verdicts depend on: the grader, the labs' sources (their hidden tests) and grading
-#: settings, the crafted submissions and the mutants. A change to any of them dates the validation.
 #: the packages of the labs in grading/drafts/, by draft: out of the inputs until their lab joins
 DRAFT_PACKAGES = ("lab_utils/training/modelpar/",)
+#: what the verdicts depend on: the grader, the labs' sources (their hidden tests) and grading
+#: settings, the crafted submissions and the mutants. A change to any of them dates the validation.
 VERDICT_INPUTS = (
     # the grader, and everything a graded notebook runs (the training code, the cluster, the
     # plots): a change there can change a score, a flag or a notebook's facts
@@ -206,7 +206,7 @@ def grade(labs: list[str], jobs: int, progress=print) -> tuple[dict, dict]:
                     os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
         finally:
             crafted.remove_decoy(decoy)
-            notebooks = {lab: _facts(root, lab) for lab in labs}
+        notebooks = {lab: _facts(root, lab) for lab in labs}
         by = {(r["lab"], r["student"]): r for r in results}
         for lab in labs:
             points, plan = plans[lab]

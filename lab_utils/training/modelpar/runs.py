@@ -31,6 +31,7 @@ import pandas as pd
 
 from lab_utils.cluster import MPIJob, new_run_dir
 from lab_utils.cluster.netem import EmulatedHosts
+from lab_utils.training.modelpar.choice_runs import fit_link
 from lab_utils.training.runs import LaunchOptions, Run, every_task_reported, takes_launch_options
 from lab_utils.training.weights import max_difference
 
@@ -417,8 +418,6 @@ def probe_link(
     takes them), fitted to ring steps of ``sizes`` bytes timed on them
     (:mod:`lab_utils.training.modelpar.probe`): a
     :class:`~lab_utils.training.modelpar.choice_runs.Link`."""
-    from lab_utils.training.modelpar.choice_runs import fit_link
-
     args = ["--sizes", *sizes, "--repeats", repeats]
     with _job(np, "probe", args, memory=RANK_MEMORY_BYTES, name="probe", options=options, hosts=hosts) as job:
         result = job.wait()["rank:0"]
