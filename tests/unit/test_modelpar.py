@@ -282,3 +282,8 @@ def test_a_link_is_fitted_to_its_ring_steps_and_prices_a_setting(tmp_path):
     for bad in (0, -1e6, "100mbit", True):
         with pytest.raises(ValueError, match="link must be"):
             choice.zero_setting(run, bad)
+
+
+def test_the_one_way_probe_needs_two_ranks():
+    with pytest.raises(ValueError, match="one_way needs np >= 2"):
+        runs.probe_link(np=1, one_way=True)

@@ -193,7 +193,7 @@ class Link:
     def describe(self) -> str:
         return (
             f"{self.where}: alpha {self.alpha * 1e6:.0f} us, beta {self.beta * 1e9:.3g} ns/B "
-            f"({self.bandwidth_bps / 1e6:.4g} Mbit/s), fitted to {len(self.rows)} ring step sizes"
+            f"({self.bandwidth_bps / 1e6:.4g} Mbit/s), fitted to {len(self.rows)} message sizes"
         )
 
     def __repr__(self) -> str:

@@ -10,7 +10,9 @@ meet, not to a link's nominal rate::
     mpirun -np 2 python -m lab_utils.training.modelpar.probe --sizes 1024 1048576 --repeats 5
 
 Each size is sent once to warm the connection, then ``repeats`` times between barriers; a
-step's time is the slowest rank's. Rank 0 reports one ``result`` event: ``rows`` (``bytes``,
+step's time is the slowest rank's. ``--one-way`` times rank 0 sending to rank 1 alone instead
+(the other ranks idle): each link then carries data in one direction and only TCP's
+acknowledgements in the other, which tells a link's own rate from what a ring step meets. Rank 0 reports one ``result`` event: ``rows`` (``bytes``,
 ``seconds``: the median over the repeats). The kernel side is
 :func:`lab_utils.training.modelpar.choice_runs.probe_link`.
 """
@@ -25,23 +27,33 @@ import numpy as np
 from lab_utils import report
 
 
-def ring_step_seconds(comm, size: int, repeats: int) -> float:
-    """The median over ``repeats`` of the slowest rank's time for one ring step of ``size`` bytes."""
+def ring_step_seconds(comm, size: int, repeats: int, one_way: bool = False) -> float:
+    """The median over ``repeats`` of the slowest rank's time for one ring step of ``size``
+    bytes (``one_way``: for rank 0's message to rank 1 alone)."""
     from mpi4py import MPI
 
     rank, n = comm.Get_rank(), comm.Get_size()
     right, left = (rank + 1) % n, (rank - 1) % n
     send = np.full(size, rank % 251, dtype=np.uint8)
     recv = np.empty(size, dtype=np.uint8)
-    comm.Sendrecv(send, dest=right, recvbuf=recv, source=left)  # the connection's first use, untimed
+
+    def step():
+        if not one_way:
+            comm.Sendrecv(send, dest=right, recvbuf=recv, source=left)
+        elif rank == 0:
+            comm.Send(send, dest=1)
+        elif rank == 1:
+            comm.Recv(recv, source=0)
+
+    step()  # the connection's first use, untimed
     times = []
     for _ in range(repeats):
         comm.Barrier()
         began = time.perf_counter()
-        comm.Sendrecv(send, dest=right, recvbuf=recv, source=left)
+        step()
         times.append(comm.allreduce(time.perf_counter() - began, op=MPI.MAX))
-    if n > 1 and recv[0] != left % 251:
-        raise RuntimeError(f"rank {rank}: the ring step delivered {recv[0]}, not rank {left}'s bytes")
+    if (rank == 1 if one_way else n > 1) and recv[0] != left % 251:
+        raise RuntimeError(f"rank {rank}: the step delivered {recv[0]}, not rank {left}'s bytes")
     return float(np.median(times))
 
 
@@ -49,18 +61,21 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", required=True, help="message sizes in bytes")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--one-way", action="store_true", help="rank 0 sends to rank 1 alone")
     args = p.parse_args(argv)
     if min(args.sizes) < 1 or args.repeats < 1:
         p.error(f"sizes and repeats must be >= 1, got {args.sizes} and {args.repeats}")
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    if args.one_way and comm.Get_size() < 2:
+        p.error(f"--one-way needs 2 ranks or more, got {comm.Get_size()}")
     report.ready()
     rows = []
     for size in args.sizes:
-        rows.append({"bytes": size, "seconds": ring_step_seconds(comm, size, args.repeats)})
+        rows.append({"bytes": size, "seconds": ring_step_seconds(comm, size, args.repeats, args.one_way)})
     if comm.Get_rank() == 0:
-        report.result(rows=rows, np=comm.Get_size())
+        report.result(rows=rows, np=comm.Get_size(), one_way=args.one_way)
     return 0
 
 

@@ -412,14 +412,18 @@ def probe_link(
     sizes: Sequence[int] = PROBE_SIZES,
     repeats: int = 5,
     *,
+    one_way: bool = False,
     options: LaunchOptions,
 ):
     """Lab 6's alpha and beta of the links between ``np`` ranks on ``hosts`` (as :func:`run_zero`
     takes them), fitted to ring steps of ``sizes`` bytes timed on them
     (:mod:`lab_utils.training.modelpar.probe`): a
-    :class:`~lab_utils.training.modelpar.choice_runs.Link`."""
-    args = ["--sizes", *sizes, "--repeats", repeats]
+    :class:`~lab_utils.training.modelpar.choice_runs.Link`. ``one_way``: fitted to rank 0's
+    messages to rank 1 alone (each link busy in one direction), the link's own rate."""
+    if one_way and np < 2:
+        raise ValueError(f"one_way needs np >= 2, got {np}")
+    args = ["--sizes", *sizes, "--repeats", repeats] + (["--one-way"] if one_way else [])
     with _job(np, "probe", args, memory=RANK_MEMORY_BYTES, name="probe", options=options, hosts=hosts) as job:
         result = job.wait()["rank:0"]
-    where = f"{np} ranks" + (_where(hosts) or ", loopback")
+    where = f"{np} ranks" + (_where(hosts) or ", loopback") + (", one way" if one_way else "")
     return fit_link([(r["bytes"], r["seconds"]) for r in result["rows"]], where=where)
