@@ -101,24 +101,23 @@ def test_lab2_cluster_and_horovod_job_across_slurm_nodes(cluster, tmp_path):
 
 # -- grading on Slurm --------------------------------------------------------------------
 LAB1, LAB2 = crafted.CLASS_LAB, "02_ps_async"
-#: Lab 1's crafted students whose grading could differ on a node: each meets what an element
-#: gets there (its sandbox's limits and cgroup, its cores and clock, the processes and files
-#: it can see, the batch's template on the shared file system), in a flag or in the timed
-#: throughput band. The others (blank, partly) score what nbgrader's execution of
-#: their cells alone decides, the same anywhere: the local batch grades them
-#: (tests/notebooks/test_grading_crafted.py), and regrading them here cost the test about 16 s.
+#: Lab 1's crafted students whose grading depends on what the node and the element's own
+#: allocation give it: the element's --time and the node's cores (the cell timeout), the
+#: element's --mem (the memory limit inside it), the node's clock and cores with its timing
+#: lock (the timed throughput test), and what a submission can read and leave running on a
+#: node beside the shared file system. The others score what the grader's own sandbox decides
+#: (its process and disk limits, a restarted kernel), the same code on a node as here, inside
+#: the same cgroups "memory" meets there: the local batch grades them
+#: (tests/notebooks/test_grading_crafted.py) and the grading validation records them
+#: (bench/bench_validation.py).
 ON_NODES = (
     "loop",  # the cell timeout, stretched by the node's cores, within the element's --time
-    "exits",  # the kernel restarted in the node's sandbox
     "memory",  # the node's memory limit, inside the element's own --mem
-    "limits",  # the node's process and disk limits, and its leftover processes killed
     "mixed",  # the shared template restores its test cells; what it can read and leave running there
     "forged",  # the throughput test timed on the node (its timing lock, its cores), the reference beside it
 )
 # ("correct" is not graded again here: "forged" is the instructor's solution with a forged
-# figure, timed the same way, and the node's scores equal the local batch's for it; nor
-# "broken": the blank release graded in its place comes from the same shared template that
-# restores "mixed"'s test cells, so a node meets that template either way)
+# figure, timed the same way, and the node's scores equal the local batch's for it)
 
 
 def autograde(cluster: slurm.SlurmCluster, root: Path, subs: Path, *extra: str, **kw):
