@@ -12,9 +12,9 @@ meet, not to a link's nominal rate::
 Each size is sent once to warm the connection, then ``repeats`` times between barriers; a
 step's time is the slowest rank's. ``--one-way`` times rank 0 sending to rank 1 alone instead
 (the other ranks idle): each link then carries data in one direction and only TCP's
-acknowledgements in the other, which tells a link's own rate from what a ring step meets. Rank 0 reports one ``result`` event: ``rows`` (``bytes``,
-``seconds``: the median over the repeats). The kernel side is
-:func:`lab_utils.training.modelpar.choice_runs.probe_link`.
+acknowledgements in the other, which tells a link's own rate from what a ring step meets.
+Rank 0 reports one ``result`` event: ``rows`` (``bytes``, ``seconds``: the median over the
+repeats). The kernel side is :func:`lab_utils.training.modelpar.runs.probe_link`.
 """
 
 from __future__ import annotations
