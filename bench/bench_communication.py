@@ -5,13 +5,12 @@
 Part A: :func:`lab_utils.training.compression.runs.run` for each method (none, fp16, onebit,
 topk; the instructor's compressors) on 2 ranks, one emulated host each: step time, the
 bytes a rank sends per step by the codec's count (``wire``) and what its host's link carried
-(``link``, the bridge port's counter: TCP/IP and Horovod's own messages on top), and their
-ratio. ``link`` is a whole job's bytes over its steps, so it also carries the job's start
-and end (MPI's wire-up, Horovod's setup, the results: tens of kB, a few % of a 65 kB top-k
-step over 20 steps). Each method therefore runs twice, ``--steps`` and 4x as many, and
-``step_bytes`` = the difference of the two jobs' bytes over the difference of their steps
-is what one more training step puts on the link; ``step_over_wire`` compares it with the
-codec's count, and ``job_fixed_bytes`` is what is left of the short job. Part C: :func:`lab_utils.training.hybrid.experiment` (ps, allreduce, hybrid) on 2
+(``link``, counted by each rank in its own namespace from the warm-up's end to the last step's
+end: TCP/IP and Horovod's own messages on top, not the job's start and end), and their ratio.
+Each method runs twice, ``--steps`` and 4x as many, as a check of that count:
+``step_bytes`` = the difference of the two runs' bytes over the difference of their steps is
+what one more training step puts on the link, and ``step_over_wire`` compares it with the
+codec's count; ``link_over_step`` says how far the short run's per-step count is from it. Part C: :func:`lab_utils.training.hybrid.experiment` (ps, allreduce, hybrid) on 2
 workers. ``order_ok`` says whether the lesson's orderings held in this run: none slower than
 fp16, fp16 slower than 1-bit and top-k; hybrid faster than PS-only and all-reduce-only.
 
@@ -69,12 +68,12 @@ def main(argv=None) -> int:
             "accuracy": round(r.accuracy, 4),
         }
         if link is not None and r_long.link_bytes_per_step is not None:
-            # both jobs count their warm-up step too: steps + 1 steps' worth of bytes each
-            short_total, long_total = link * (a.steps + 1), r_long.link_bytes_per_step * (long_steps + 1)
+            # each count covers its run's timed steps only
+            short_total, long_total = link * a.steps, r_long.link_bytes_per_step * long_steps
             step_bytes = (long_total - short_total) / (long_steps - a.steps)
             row["step_bytes"] = round(step_bytes)
             row["step_over_wire"] = round(step_bytes / r.wire_bytes_per_step, 4)
-            row["job_fixed_bytes"] = round(short_total - (a.steps + 1) * step_bytes)
+            row["link_over_step"] = round(link / step_bytes, 4)
         out["compression"][method] = row
     c = {m: out["compression"][m]["step_ms"] for m in METHODS}
     out["compression_order_ok"] = c["none"] > c["fp16"] > max(c["onebit"], c["topk"])

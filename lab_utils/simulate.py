@@ -19,9 +19,13 @@ The terms (:class:`Params`; seconds and bytes):
 - ``beta_duplex``: the extra seconds per byte when a link *does* send and receive at
   once (only ring all-reduce does). 0 on an ideal full-duplex link, ``beta`` on a
   half-duplex one. Measured on this machine's 100 Mbit emulated links, a ring runs
-  1.2-1.6x slower than full duplex predicts, a PS (one direction at a time) does not:
-  most likely each host's TCP acknowledgements wait behind up to 100 ms of data queued
-  in the other direction (tbf's queue), which slows the acknowledged flow;
+  1.2-1.6x slower than full duplex predicts, a PS (one direction at a time) does not.
+  The links are full duplex (one host alone sends 97 Mbit/s; two raw TCP streams, one
+  each way, 92 each); Open MPI is not: it keeps one TCP connection between two ranks
+  and moves a ``Sendrecv``'s two directions over it largely one at a time. A 2-rank
+  ring step moved 50 Mbit/s each way whatever tbf's queue (100 or 5 ms: not ACKs
+  waiting behind queued data), 88 with ``OMPI_MCA_btl_tcp_links=2`` and 89 on 3 ranks,
+  where each rank sends to one peer and receives from another (2026-11-29);
 - ``gamma``: seconds per byte summed (the reduction's arithmetic; 0 by default, as the
   rows cannot tell it from ``beta``);
 - ``compute_s``: one batch's forward and backward pass on a worker's own accelerator

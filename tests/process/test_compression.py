@@ -75,7 +75,8 @@ def test_on_100mbit_links_compressed_steps_are_shorter_and_the_links_carry_what_
     # time removed (at least half of it), not as a ratio of step times.
     saved_on_link = (none.wire_bytes_per_step - topk.wire_bytes_per_step) * 8 / 100e6
     assert none.step_time - topk.step_time >= 0.5 * saved_on_link, (topk, none, saved_on_link)
-    # The links carry the payload plus TCP/IP headers and Horovod's own messages (these
-    # grow with time, not bytes: 1 % over float32's steps, 10-20 % over top-k's).
+    # Each rank counts its link over the timed steps: the payload plus TCP/IP headers and
+    # Horovod's own messages (these grow with time, not bytes: measured 0.1 % over float32's
+    # steps, 6-8 % over top-k's), within Lab 6's Prediction 1 (25 %).
     assert none.wire_bytes_per_step <= none.link_bytes_per_step <= 1.1 * none.wire_bytes_per_step, none
-    assert topk.wire_bytes_per_step <= topk.link_bytes_per_step < none.link_bytes_per_step / 10, topk
+    assert topk.wire_bytes_per_step <= topk.link_bytes_per_step <= 1.25 * topk.wire_bytes_per_step, topk

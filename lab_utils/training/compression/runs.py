@@ -51,7 +51,7 @@ class CompressionRun(TrainRun):
     compression: str = "none"
     network: str = "loopback (not emulated)"
     emulated: bool = False
-    link_bytes_per_step: float | None = None  # emulated hosts: what a host's link carried out, per step
+    link_bytes_per_step: float | None = None  # emulated hosts: what a host's link carried out per timed step
 
     @property
     def steps(self) -> int:
@@ -167,8 +167,8 @@ def run(
     emulated = job.emulated
     network = spec.describe() if emulated else "loopback (not emulated)"
     link = None
-    if emulated:  # the warm-up step crossed the links too
-        link = statistics.mean(c["sent"] for c in job.network.counters().values()) / (steps + 1)
+    if emulated:  # each rank counted its host's link over the timed steps only (not the job's start or end)
+        link = statistics.mean(r["link_sent"] for r in results.values()) / steps
     label = label or f"{method}, {np} ranks, {network}"
     return finish_run(
         job,
@@ -189,10 +189,9 @@ def run(
 
 def summary(runs: Sequence[CompressionRun]) -> pd.DataFrame:
     """One row per run: method, network, ranks, ms per step, bytes a rank sends per step
-    (computed) and, on emulated hosts, what its link carried (measured: the payload plus
-    TCP/IP headers and Horovod's own messages, and the job's start and end spread over its
-    steps: tens of kB, a few % of a small payload over a few dozen steps), and the final
-    test accuracy."""
+    (computed) and, on emulated hosts, what its link carried over the timed steps (measured
+    by each rank from its own host's counters: the payload plus TCP/IP headers and Horovod's
+    own messages; not the job's start and end), and the final test accuracy."""
     if not runs:
         raise ValueError("summary needs at least one run")
     rows = [

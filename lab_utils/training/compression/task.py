@@ -23,7 +23,9 @@ so far, by :func:`compression.wire_bytes`), ``error_norm`` (the residuals' norm,
 ``onebit``/``topk``) and, on rank 0 every ``--eval-every`` steps, ``accuracy``;
 with ``onebit``/``topk``, the step's parts for the run's timeline too (forward/backward,
 encode, allgather, decode, apply: :meth:`TimedFeedback.add_spans`). The result adds
-``bytes_per_step``, ``message_bytes``, ``n_params`` and ``k`` (topk).
+``bytes_per_step``, ``message_bytes``, ``n_params``, ``k`` (topk) and ``link_sent``
+(what this rank's namespace sent on its links from the warm-up's end to the last step's
+end: :func:`link_sent`).
 """
 
 from __future__ import annotations
@@ -165,10 +167,6 @@ def make_exchange(
     return allgather, feedback
 
 
-def _accuracy(model, x: np.ndarray, y: np.ndarray) -> float:
-    return float(np.mean(np.argmax(model(x, training=False).numpy(), axis=1) == y))
-
-
 def train(
     settings: Settings,
     step: Callable[[np.ndarray, np.ndarray], object],
@@ -180,12 +178,15 @@ def train(
     feedback: compression.ErrorFeedback | None = None,
     data=None,
     extra: dict | None = None,
+    barrier: Callable[[], Any] = lambda: None,
 ) -> dict:
     """Run one untimed warm-up step and ``settings.steps`` steps of ``step`` on this
     rank's batches, reporting each (see the module's docstring); rank 0 evaluates on
     the test set every ``eval_every`` steps (timed apart). Reports and returns the result.
     A :class:`TimedFeedback` adds each timed step's parts (:meth:`TimedFeedback.add_spans`);
-    with ``none`` and ``fp16`` the step is one piece of TensorFlow, all-reduce included."""
+    with ``none`` and ``fp16`` the step is one piece of TensorFlow, all-reduce included.
+    ``barrier``: returns once every rank called it (a tiny all-reduce), before each read of
+    :func:`link_sent`, so that no step's bytes are still queued on their way out when read."""
     from lab_utils.data import load_mnist
 
     clock = loop.Clock()
@@ -212,8 +213,10 @@ def train(
             out["error_norm"] = feedback.error_norm()
         return out
 
-    evaluate = (lambda: _accuracy(model, data.x_test, data.y_test)) if rank == 0 else None
+    evaluate = (lambda: loop.accuracy(model, data.x_test, data.y_test)) if rank == 0 else None
     float(step(*next(batches)))  # warm-up: tracing and the first collectives, not timed or counted
+    barrier()  # every rank got the warm-up's bytes: none of them still queued to be sent
+    sent = link_sent()  # from here to the last step's end: the timed steps' bytes only
     stats = loop.run_steps(
         one,
         batches,
@@ -224,9 +227,11 @@ def train(
         eval_every=settings.eval_every,
         extra=fields,
     )
+    barrier()
+    sent = link_sent() - sent
     head = {"method": settings.method, "rank": rank, "size": size, "loss": state["loss"]}
     if rank == 0:
-        head["accuracy"] = _accuracy(model, data.x_test, data.y_test)
+        head["accuracy"] = loop.accuracy(model, data.x_test, data.y_test)
     if settings.save_weights:
         allreduce.save_weights(model, f"{settings.save_weights}.rank{rank}.npz")
     clock.mark("end")
@@ -235,11 +240,21 @@ def train(
         "steps": settings.steps,
         "warmup_steps": 1,
         "bytes_per_step": bytes_per_step,
+        "link_sent": sent,
         **(extra or {}),
     }
     if feedback is not None:
         tail["error_norm"] = feedback.error_norm()
     return loop.report_result(head, stats, clock, tail)
+
+
+def link_sent() -> int:
+    """Bytes this process's network namespace has sent on its interfaces but loopback, so far
+    (``/proc/net/dev``, read by psutil). On an emulated host that is its one link; on the
+    machine's own namespace it counts everything else that runs there too."""
+    import psutil
+
+    return sum(c.bytes_sent for name, c in psutil.net_io_counters(pernic=True).items() if name != "lo")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -287,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bytes_per_step=per_step,
         feedback=feedback,
         extra=info,
+        barrier=lambda: hvd.allreduce(tf.zeros([1])),
     )
     print(
         f"rank {hvd.rank()}: {settings.method}, {result['train_time'] / settings.steps * 1e3:.1f} ms/step, "
