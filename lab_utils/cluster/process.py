@@ -205,6 +205,38 @@ def _tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def _listening_sockets(pid: int, port: int) -> set[str]:
+    """Inodes of the TCP sockets listening on ``port`` in process ``pid``'s network namespace."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:  # gone, or not ours to read
+            continue
+        for row in rows:  # sl local_address rem_address st ... inode
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(fields[9])
+    return found
+
+
+def _open_sockets(pid: int) -> set[str]:
+    """Inodes of the sockets process ``pid`` holds open."""
+    inodes = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return inodes
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
 def _kill(procs: Sequence[psutil.Process]) -> None:
     for proc in procs:
         try:
@@ -287,6 +319,20 @@ class Task:
 
     def events(self, kind: str | None = None) -> list[dict]:
         return report.read_events(self.events_path, kind) if self.events_path else []
+
+    def listening(self) -> bool:
+        """Whether a process of this task's tree (the guard, the script, what it started)
+        listens on :attr:`port`: a listening socket on that port in the process's own
+        network namespace (``/proc/PID/net/tcp``, which psutil would read in this one) that
+        is one of its open files. False where the tree cannot be read (gone, or another
+        user's) and for a task started elsewhere (its ssh client listens on nothing)."""
+        if self.port is None or self.pid is None or self.exit_code is not None:
+            return False
+        try:
+            pids = [self.pid, *(p.pid for p in _tree(self.pid))]
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            return False
+        return any(_listening_sockets(pid, self.port) & _open_sockets(pid) for pid in pids)
 
     def as_state(self) -> dict:
         return {

@@ -126,7 +126,8 @@ class TFCluster(Job):
 
     Each task runs ``python script <args>`` with ``TF_CONFIG`` (ports picked
     free by the parent), ``LABS_TASK``, ``LABS_REPORT_FILE``, ``LABS_RUN_DIR``.
-    A task is ready when it reports ``ready`` (:func:`start_server` does).
+    A task is ready when it reports ``ready`` (:func:`start_server` does) or listens on
+    its port (any TF_CONFIG script's server does: TensorFlow's own tutorials run as they are).
     :meth:`wait` returns when every worker (or, with a chief, the chief) exited 0;
     the tasks that ``server.join()`` forever are then stopped: the normal end.
 
@@ -332,24 +333,31 @@ class TFCluster(Job):
         return any(marker in log_tail(task.log_path, 60) for marker in _BIND_ERRORS)
 
     def _wait_ready(self) -> Task | None:
-        """Poll events files and process states until every task reported ready.
-        Returns a task that exited first, or None when all are ready."""
+        """Poll events files, ports and process states until every task is ready: it
+        reported ``ready`` (:func:`start_server`), or listens on its port (a script that
+        knows nothing of lab_utils: ``MultiWorkerMirroredStrategy`` starts its server from
+        ``TF_CONFIG``), or is a task whose end is the run's end and exited 0 (it finished
+        first). Returns a task that exited otherwise, or None when all are ready."""
         deadline = time.monotonic() + self.ready_timeout
         pending = list(self.tasks)
+        main = self._main_tasks()
         while pending:
             for t in list(pending):
-                if t.events("ready"):
+                if t.events("ready") or t.listening():
                     t.state = "ready"
                     pending.remove(t)
                 elif t.poll() is not None:
+                    if t.exit_code == 0 and t in main:  # done before anyone looked: a success
+                        pending.remove(t)
+                        continue
                     return t
             if not pending:
                 break
             if time.monotonic() > deadline:
                 raise self._fail(
                     pending[0],
-                    f"did not report ready within {self.ready_timeout:g} s "
-                    "(does the script call lab_utils.cluster.start_server()?)",
+                    f"did not become ready within {self.ready_timeout:g} s: it neither listened on "
+                    f"port {pending[0].port} nor called lab_utils.cluster.start_server()",
                 )
             pause()
         self._save_state()

@@ -223,10 +223,29 @@ def test_run_timeout_ends_a_hung_run():
 
 
 def test_ready_timeout_names_the_task_and_shows_its_log():
-    with pytest.raises(ClusterError, match="did not report ready") as info:
+    with pytest.raises(ClusterError, match="did not become ready .* neither listened on port") as info:
         with stand_in(workers=1, args={"no_ready": True}, ready_timeout=1.5):
             pass
     assert "will never report ready" in info.value.log_tail
+
+
+PLAIN = {"mwms": (0, FIX / "plain_mwms.py"), "ps": (1, FIX / "plain_ps.py")}
+
+
+@pytest.mark.parametrize("kind", sorted(PLAIN))
+def test_an_ordinary_tensorflow_script_runs_and_a_failing_one_names_its_task(kind):
+    """Scripts that know nothing of lab_utils (TensorFlow's own tutorials' shape): ready when
+    their servers listen, done when the workers exit 0; a worker that fails is named."""
+    ps, script = PLAIN[kind]
+    with TFCluster(ps=ps, workers=2, script=script, progress=False) as c:
+        assert c.wait() == {}  # no lab protocol: no results, and no error
+        logs = [c.logs("worker", i) for i in (0, 1)]
+    assert all(t.exit_code == 0 for t in c.tasks if t.role == "worker"), c.tasks
+    assert all(f"worker {i} trained: loss" in logs[i] for i in (0, 1)), logs
+    with pytest.raises(ClusterError, match="worker:1 exited with code 1") as info:
+        with TFCluster(ps=ps, workers=2, script=script, args=["--fail"], progress=False) as c:
+            c.wait()
+    assert info.value.task == "worker:1" and "failing on purpose" in info.value.log_tail
 
 
 def test_bind_failure_restarts_with_fresh_ports(monkeypatch):

@@ -46,10 +46,15 @@ def _task_processes(job) -> list[psutil.Process]:
     return procs
 
 
-def test_a_local_tf_cluster_listens_nowhere_on_this_machine():
-    args = {"steps": 10**6, "step-time": 0.05}
+@pytest.mark.parametrize("silent", [False, True], ids=["reports-ready", "only-listens"])
+def test_a_local_tf_cluster_listens_nowhere_on_this_machine(silent):
+    """Silent: tasks that never report ready (a plain script's servers) are found listening
+    inside the cluster's namespace (as root, and as a student in a user namespace)."""
+    args = {"steps": 10**6, "step-time": 0.05, "silent": silent}
     with TFCluster(ps=1, workers=2, script=FAKE, args=args, memory_per_task=SMALL, progress=False) as c:
         assert c.network.kind == "private" and all(t.host is None for t in c.tasks)
+        assert [t.state for t in c.tasks] == ["ready"] * 3
+        assert all(bool(t.events("ready")) != silent for t in c.tasks)
         ports = [t.port for t in c.tasks]
         inside = {os.readlink(f"/proc/{p.pid}/ns/net") for p in _task_processes(c)}
         assert len(_task_processes(c)) >= 3  # a task under each guard
