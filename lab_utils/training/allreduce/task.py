@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from lab_utils import report
-from lab_utils.data import pixels
 from lab_utils.training import loop
 from lab_utils.training.allreduce.settings import (
     MODELS,
@@ -141,14 +140,6 @@ def loss_fn(logits, labels):
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
 
-def _accuracy(model, x, y, chunk: int = 500) -> float:
-    """Test accuracy, evaluated ``chunk`` examples at a time (AlexNet: the training batch, whose
-    activations the rank already holds; 500 at a time made rank 0 0.3 GB larger than the others)."""
-    batches = (pixels(x[i : i + chunk]) for i in range(0, len(y), chunk))  # CIFAR's test images are bytes
-    logits = np.concatenate([model(batch, training=False).numpy() for batch in batches])
-    return float(np.mean(np.argmax(logits, axis=1) == y))
-
-
 def load_data(settings: Settings):
     """The data set of ``settings.model``: MNIST (Labs 1-4), or CIFAR-10 / its synthetic
     stand-in for AlexNet (Lab 5), with the test set cut to what a CPU evaluates quickly."""
@@ -233,7 +224,7 @@ def train(
         return done["steps"], last["loss"]
 
     chunk = settings.batch_size if settings.model == "alexnet" else 500
-    evaluate = (lambda: _accuracy(model, data.x_test, data.y_test, chunk)) if rank == 0 else None
+    evaluate = (lambda: loop.accuracy(model, data.x_test, data.y_test, chunk)) if rank == 0 else None
     one(*next(batches), None)  # warm-up: tracing the step function and the first collectives, not timed
     stats = loop.run_steps(
         one,
@@ -249,7 +240,7 @@ def train(
     # when the script broadcast the initial weights, and averaged every gradient
     head.update(initial_weights_sum=initial, weights_sum=weights_sum(model))
     if rank == 0:
-        head["accuracy"] = _accuracy(model, data.x_test, data.y_test, chunk)
+        head["accuracy"] = loop.accuracy(model, data.x_test, data.y_test, chunk)
         if settings.save_weights:
             save_weights(model, settings.save_weights)
         if settings.checkpoint_dir:

@@ -117,17 +117,10 @@ def _make_step(a, tier, tf, num_classes: int):
     return model, load_student(a.student).make_towers_step(model, opt, list(tier.devices), tier.variable_device)
 
 
-def _accuracy(model, data, device: str, tf, chunk: int) -> float | None:
-    """Accuracy on the first test images, ``chunk`` at a time (a device's training batch, whose
-    activations it already held: 250 at a time made the process 0.2 GB larger at width 1)."""
-    x, y = data.x_test[:EVAL_EXAMPLES], data.y_test[:EVAL_EXAMPLES]
-    if not len(y):
-        return None
+def _test_accuracy(model, data, device: str, tf, chunk: int) -> float | None:
+    """:func:`loop.accuracy` on the first test images, on ``device``, ``chunk`` at a time."""
     with tf.device(device):
-        logits = np.concatenate(
-            [model(lab_data.pixels(x[i : i + chunk]), training=False).numpy() for i in range(0, len(y), chunk)]
-        )
-    return float(np.mean(np.argmax(logits, axis=1) == y))
+        return loop.accuracy(model, data.x_test[:EVAL_EXAMPLES], data.y_test[:EVAL_EXAMPLES], chunk)
 
 
 # ----------------------------------------------------------------------------- the run
@@ -165,7 +158,7 @@ def _train(a, tier, tf, before_steps=None) -> dict:
     if stop_watch is not None:
         stop_watch()  # the evaluation below is not training: its memory does not count
     head.update(
-        accuracy=_accuracy(model, data, tier.devices[0], tf, a.batch_size), loss_first=losses[0], loss=losses[-1]
+        accuracy=_test_accuracy(model, data, tier.devices[0], tf, a.batch_size), loss_first=losses[0], loss=losses[-1]
     )
     if a.save_weights:
         save_weights(model, a.save_weights)
