@@ -381,6 +381,9 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="submissions at once")
     parser.add_argument("--render", action="store_true", help="only render VALIDATION.md from validation.json")
     args = parser.parse_args(argv)
+    from lab_utils.grading.__main__ import stop_on_sigterm
+
+    stop_on_sigterm()  # a killed validation removes its sandboxes, as the CLI does
     if args.render:
         MARKDOWN.write_text(render(json.loads(JSON.read_text())))
         print(f"wrote {MARKDOWN}")

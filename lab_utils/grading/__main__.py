@@ -222,6 +222,22 @@ def _shared_gradebook(db: Path) -> None:
         os.close(fd)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: stopped as an interrupt is, and said so by the exit status (143)."""
+
+
+def _terminated(signum, frame):
+    raise Terminated(f"signal {signum}")
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (kill, Slurm's scancel before its SIGKILL, a service manager) stops a batch as
+    Ctrl-C does: its sandboxes killed and removed, what is graded kept. Python's default ends
+    the process at once, and left each running sandbox's worker grading on, orphaned. For an
+    entry point's main thread (the CLI's, a bench's)."""
+    signal.signal(signal.SIGTERM, _terminated)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     # Ctrl-C (or kill -INT) always stops a batch. A command started in the background by a
@@ -229,6 +245,7 @@ def main(argv=None) -> int:
     # and Python keeps an inherited SIG_IGN: the interrupt was lost and the batch graded the
     # whole class. An entry point, not library code, so it may set the handler (as ipykernel does).
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_sigterm()
     labs = [s for s in getattr(args, "labs", "").split(",") if s]
     root = Path(args.root)
     if root.is_dir() and root.stat().st_mode & 0o2000:  # a course laid out for a class's instructors' group
@@ -288,8 +305,8 @@ def main(argv=None) -> int:
     except (RuntimeError, ValueError, LookupError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # autograde has said what is kept and how to resume
-        return 130
+    except KeyboardInterrupt as exc:  # autograde has said what is kept and how to resume
+        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
     return 0
 
 

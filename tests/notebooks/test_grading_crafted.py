@@ -317,6 +317,36 @@ def test_ctrl_c_stops_the_batch_at_once_and_the_same_command_resumes(tmp_path):
             assert r["provenance"]["graded_at"] == first[s]["provenance"]["graded_at"]  # not graded twice
 
 
+def test_sigterm_stops_the_batch_as_ctrl_c_does_and_leaves_no_sandbox(tmp_path):
+    """kill, Slurm's scancel (SIGTERM, then SIGKILL 30 s later), a service manager: the batch
+    stops as on Ctrl-C (exit 143), its running sandbox killed and removed, its work folder gone.
+    Before, SIGTERM ended the batch at once, and its worker graded on, orphaned."""
+    import signal
+    import subprocess
+    import tempfile
+    import time
+
+    root, subs = crafted.course(tmp_path, [LAB])
+    crafted.write("blank", LAB, subs, student="s0", root=root)
+    cmd = [sys.executable, "-m", "lab_utils.grading", "--root", str(root), "autograde", str(subs), "--jobs", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 300  # a hang guard: the templates come first
+    while not _sandboxes_of(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling for the sandbox's first process, under a deadline
+    running = _sandboxes_of(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    try:  # a hang guard, not a speed limit
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the batch did not stop within 120 s of SIGTERM: " + proc.communicate()[0])
+    assert running, out  # it was grading when the signal came
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "autograde interrupted: finished results are kept" in out and "Traceback" not in out, out
+    assert _sandboxes_of(proc.pid) == []
+    assert list(Path(tempfile.gettempdir()).glob(f"labgrade-{proc.pid}-*")) == []
+
+
 def test_the_instructors_make_commands_round_trip_a_class(tmp_path):
     """The README's instructor commands, as typed: make release, autograde, grades, feedback
     (on a course of their own: COURSE=, never the repository's gradebook)."""
