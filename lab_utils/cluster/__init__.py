@@ -37,7 +37,10 @@ installs a signal handler in the kernel, uses a fixed port, or writes to the
 kernel's stderr.
 """
 
+from lab_utils.cluster.hvdbuild import horovod_build
+from lab_utils.cluster.job import JobOptions, format_args
 from lab_utils.cluster.mpi import MPIJob, split_rank_output
+from lab_utils.cluster.netbase import EmulatedHosts
 from lab_utils.cluster.netem import emulated
 from lab_utils.cluster.process import (
     GUARD_MEMORY_BYTES,
@@ -56,6 +59,10 @@ __all__ = [
     "TFCluster",
     "MPIJob",
     "emulated",
+    "EmulatedHosts",
+    "JobOptions",
+    "format_args",
+    "horovod_build",
     "ClusterError",
     "ResourceError",
     "Task",

@@ -11,7 +11,7 @@ and a cluster's private network. Both take from here, and nothing here knows eit
   pool and :func:`pick_subnet`, the links' qdiscs (:func:`shaping`);
 - what this process may do (:func:`capabilities`, :func:`has_capability`, and
   :func:`userns_refusal`, why a user namespace is refused) and the one way of running
-  ``ip`` / ``tc`` (:func:`_run`, raising :class:`NetworkError`);
+  ``ip`` / ``tc`` (:func:`run_command`, raising :class:`NetworkError`);
 - :class:`BaseNetwork`, what a built network offers a job: its hosts, their addresses,
   the ssh stand-in that enters them, its notes and per-step bytes.
 
@@ -34,14 +34,14 @@ from pathlib import Path
 
 #: Every namespace a network creates is named ``labnet-<id>-hub`` or ``labnet-<id>-h<i>``.
 PREFIX = "labnet-"
-_NAME = re.compile(r"^labnet-([0-9a-f]{8})-(hub|h\d+)$")
+NAMESPACE_NAME = re.compile(r"^labnet-([0-9a-f]{8})-(hub|h\d+)$")
 #: The private range emulated subnets are drawn from (one /24 per network).
 POOL = ipaddress.ip_network("10.200.0.0/13")
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)$", re.IGNORECASE)
+RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)$", re.IGNORECASE)
 _TIME = re.compile(r"^(\d+(?:\.\d+)?)\s*(us|ms|s)$", re.IGNORECASE)
 _RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
-_TIMEOUT = 20.0
+COMMAND_TIMEOUT = 20.0
 
 
 class NetworkError(RuntimeError):
@@ -50,7 +50,7 @@ class NetworkError(RuntimeError):
 
 def rate_bits(text: str) -> int:
     """``"100mbit"`` -> 100_000_000 bits per second (tc's units: bit, kbit, mbit, gbit)."""
-    m = _RATE.match(str(text).strip())
+    m = RATE.match(str(text).strip())
     if not m or float(m.group(1)) <= 0:
         raise ValueError(f"bandwidth must look like '100mbit' or '1gbit' (bit, kbit, mbit, gbit), got {text!r}")
     return int(float(m.group(1)) * _RATE_UNITS[m.group(2).lower()])
@@ -102,11 +102,13 @@ class EmulatedHosts:
 
 
 # ---- what this process may do, and the one way of running ip and tc
-def _run(cmd: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
+def run_command(cmd: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
     try:
-        done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=_TIMEOUT, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            list(cmd), capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired as exc:
-        raise NetworkError(f"`{' '.join(cmd)}` did not finish within {_TIMEOUT:g} s") from exc
+        raise NetworkError(f"`{' '.join(cmd)}` did not finish within {COMMAND_TIMEOUT:g} s") from exc
     if check and done.returncode != 0:
         raise NetworkError(f"`{' '.join(cmd)}` failed (exit {done.returncode}): {done.stderr.strip()}")
     return done
@@ -300,7 +302,7 @@ class BaseNetwork:
         return f"<Network {self.id}: {self.n_hosts} hosts on {self.subnet}, {self.spec.describe()}>"
 
 
-def _port_counters(raw: str) -> dict[int, dict[str, int]]:
+def port_counters(raw: str) -> dict[int, dict[str, int]]:
     out = {}
     for entry in json.loads(raw or "[]"):
         name = entry.get("ifname", "")

@@ -53,24 +53,24 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from lab_utils.cluster.netbase import (
-    _NAME,
-    _RATE,
-    _TIMEOUT,
     CAP_NET_ADMIN,
     CAP_SYS_ADMIN,
+    COMMAND_TIMEOUT,
+    NAMESPACE_NAME,
     NO_NETEM,
     POOL,
     PREFIX,
+    RATE,
     BaseNetwork,
     EmulatedHosts,
     NetworkError,
-    _port_counters,
-    _run,
     capabilities,
     has_capability,
     host_tmp,
     pick_subnet,
+    port_counters,
     rate_bits,
+    run_command,
     seconds,
     shaping,
     userns_refusal,
@@ -139,7 +139,7 @@ def parse_hosts(text: str | None) -> EmulatedHosts | None:
     kwargs: dict = {}
     for item in filter(None, (o.strip() for o in opts.split(","))):
         key, eq, value = item.partition("=")
-        if not eq and _RATE.match(item):
+        if not eq and RATE.match(item):
             key, eq, value = "bandwidth", "=", item
         if not eq or key not in ("n", "bandwidth", "latency", "jitter", "loss"):
             raise ValueError(
@@ -202,7 +202,7 @@ def _how() -> tuple[str | None, str | None]:
     if has_capability(CAP_NET_ADMIN, caps) and has_capability(CAP_SYS_ADMIN, caps):
         probe = f"{PREFIX}{secrets.token_hex(4)}-hub"
         try:
-            _run(["ip", "netns", "add", probe])
+            run_command(["ip", "netns", "add", probe])
         except NetworkError as exc:
             root_reason = f"`ip netns add` is not allowed here ({exc})"
         else:
@@ -216,11 +216,11 @@ def _how() -> tuple[str | None, str | None]:
             ["unshare", "--user", "--map-root-user", "--net", "sh", "-c", _USERNS_PROBE],
             capture_output=True,
             text=True,
-            timeout=_TIMEOUT,
+            timeout=COMMAND_TIMEOUT,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return None, f"a user namespace probe did not finish within {_TIMEOUT:g} s"
+        return None, f"a user namespace probe did not finish within {COMMAND_TIMEOUT:g} s"
     if done.returncode == 0:
         return "userns", None
     if "unshare" in done.stderr:
@@ -232,7 +232,7 @@ def _delete_named(name: str, tries: int = 5) -> bool:
     """``ip netns del name``, again while it is still listed (measured: with four processes
     probing at once, one delete in a few hundred failed and left the probe behind)."""
     for _ in range(tries):
-        _run(["ip", "netns", "del", name], check=False)
+        run_command(["ip", "netns", "del", name], check=False)
         if name not in namespaces():
             return True
     return False
@@ -256,10 +256,12 @@ def has_netem() -> bool:
     on a veth pair in a throw-away namespace."""
     ns = f"{PREFIX}{secrets.token_hex(4)}-hub"
     try:
-        _run(["ip", "netns", "add", ns])
-        _run(["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"])
+        run_command(["ip", "netns", "add", ns])
+        run_command(["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"])
         return (
-            _run(["tc", "-n", ns, "qdisc", "add", "dev", "p0", "root", "netem", "delay", "1ms"], check=False).returncode
+            run_command(
+                ["tc", "-n", ns, "qdisc", "add", "dev", "p0", "root", "netem", "delay", "1ms"], check=False
+            ).returncode
             == 0
         )
     except NetworkError:
@@ -270,9 +272,9 @@ def has_netem() -> bool:
 
 def namespaces() -> list[str]:
     """Every network namespace this module's naming scheme matches (any owner)."""
-    out = _run(["ip", "netns", "list"], check=False).stdout
+    out = run_command(["ip", "netns", "list"], check=False).stdout
     names = [line.split()[0] for line in out.splitlines() if line.strip()]
-    return [n for n in names if _NAME.match(n)]
+    return [n for n in names if NAMESPACE_NAME.match(n)]
 
 
 # ---- addresses
@@ -282,7 +284,7 @@ def _used_networks() -> list[ipaddress.IPv4Network]:
     for ns in [None, *(n for n in namespaces() if not n.endswith("-hub"))]:
         prefix = ["-n", ns] if ns else []
         for what in ("addr", "route"):
-            raw = _run(["ip", "-j", *prefix, "-4", what, "show"], check=False).stdout or "[]"
+            raw = run_command(["ip", "-j", *prefix, "-4", what, "show"], check=False).stdout or "[]"
             for entry in json.loads(raw):
                 if what == "addr":
                     for a in entry.get("addr_info", []):
@@ -323,7 +325,7 @@ class Network(BaseNetwork):
         return self
 
     def _create(self) -> None:
-        ip = lambda *a: _run(["ip", *a])  # noqa: E731
+        ip = lambda *a: run_command(["ip", *a])  # noqa: E731
         # Silent links: a link-local IPv6 address (DAD, router solicitation, MLD reports) and
         # the bridge's multicast snooping (IGMP) would send a few hundred bytes over the
         # first seconds, counted as the tasks' traffic and arriving while they are read.
@@ -345,12 +347,12 @@ class Network(BaseNetwork):
     def _shape(self, ns: str, dev: str) -> None:
         netem_args, tbf_args = shaping(self.spec)
         if netem_args and has_netem():
-            _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *netem_args])
+            run_command(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *netem_args])
             return
         if netem_args:
             self._no_netem()
         if tbf_args:
-            _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *tbf_args])
+            run_command(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *tbf_args])
 
     def counters(self) -> dict[int, dict[str, int]]:
         """Bytes each host has sent and received so far (its bridge port's counters,
@@ -358,8 +360,8 @@ class Network(BaseNetwork):
         :meth:`destroy`, the last counts it read."""
         if self.destroyed:
             return self.final_counters
-        raw = _run(["ip", "-n", self.hub, "-s", "-j", "link", "show"]).stdout
-        return _port_counters(raw)
+        raw = run_command(["ip", "-n", self.hub, "-s", "-j", "link", "show"]).stdout
+        return port_counters(raw)
 
     def destroy(self) -> list[str]:
         """Remove every namespace (the veths and qdiscs go with them). Returns what could
@@ -392,7 +394,7 @@ def remove(record: dict) -> list[str]:
     if record.get("kind") in ("userns", "private"):
         return remove_held(record)
     names = [*record.get("hosts", []), record.get("hub")]
-    names = [n for n in names if n and _NAME.match(n)]
+    names = [n for n in names if n and NAMESPACE_NAME.match(n)]
     if not names:
         return []
     present = set(namespaces())

@@ -21,19 +21,19 @@ from functools import lru_cache
 from pathlib import Path
 
 from lab_utils.cluster.netbase import (
-    _NAME,
-    _TIMEOUT,
     CAP_NET_ADMIN,
     CAP_SYS_ADMIN,
+    COMMAND_TIMEOUT,
+    NAMESPACE_NAME,
     BaseNetwork,
     EmulatedHosts,
     NetworkError,
-    _port_counters,
-    _run,
     has_capability,
     host_tmp,
     loopback_of,
     pick_subnet,
+    port_counters,
+    run_command,
     shaping,
     userns_refusal,
 )
@@ -59,9 +59,11 @@ def private_how() -> tuple[str | None, str | None]:
     errors = []
     for kind, cmd in tries:
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT, stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL
+            )
         except subprocess.TimeoutExpired:
-            errors.append(f"`{' '.join(cmd)}` did not finish within {_TIMEOUT:g} s")
+            errors.append(f"`{' '.join(cmd)}` did not finish within {COMMAND_TIMEOUT:g} s")
             continue
         if done.returncode == 0:
             return kind, None
@@ -145,8 +147,8 @@ class UserNetwork(BaseNetwork):
     def counters(self) -> dict[int, dict[str, int]]:
         if self.destroyed or self.holder is None:
             return self.final_counters
-        raw = _run([*self._enter(self.holder.pid), "ip", "-s", "-j", "link", "show"]).stdout
-        return _port_counters(raw)
+        raw = run_command([*self._enter(self.holder.pid), "ip", "-s", "-j", "link", "show"]).stdout
+        return port_counters(raw)
 
     def destroy(self) -> list[str]:
         """Close the holder's pipe and wait for it (bounded; then SIGKILL). Returns the
@@ -257,7 +259,7 @@ class PrivateNetwork(BaseNetwork):
 
 def _start_holder(net: BaseNetwork, cmd: list[str]) -> str:
     """Start ``cmd`` as ``net``'s holder (its standard input the pipe that keeps it alive)
-    and return its first line, read within :data:`_TIMEOUT` s."""
+    and return its first line, read within :data:`COMMAND_TIMEOUT` s."""
     import psutil
 
     net.holder = subprocess.Popen(
@@ -268,7 +270,7 @@ def _start_holder(net: BaseNetwork, cmd: list[str]) -> str:
         start_new_session=True,  # a notebook's Interrupt is not for it
     )
     net.holder_started = psutil.Process(net.holder.pid).create_time()
-    return _read_line(net.holder, _TIMEOUT)
+    return _read_line(net.holder, COMMAND_TIMEOUT)
 
 
 def _holder_failed(holder: subprocess.Popen, line: str, what: str) -> NetworkError:
@@ -284,7 +286,7 @@ def _end_holder(holder: subprocess.Popen) -> None:
     if holder.stdin and not holder.stdin.closed:
         holder.stdin.close()
     try:
-        holder.wait(timeout=_TIMEOUT)
+        holder.wait(timeout=COMMAND_TIMEOUT)
     except subprocess.TimeoutExpired:
         holder.kill()
         holder.wait()
@@ -328,7 +330,7 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str:
 
 def _held(pids: Sequence[int], names: Sequence[str]) -> list[str]:
     """Names of the user-namespace hosts whose holding process has not ended within
-    :data:`_TIMEOUT` s of its holder (it ends at EOF on its pipe)."""
+    :data:`COMMAND_TIMEOUT` s of its holder (it ends at EOF on its pipe)."""
     import psutil
 
     procs = {}
@@ -337,7 +339,7 @@ def _held(pids: Sequence[int], names: Sequence[str]) -> list[str]:
             procs[psutil.Process(pid)] = name
         except psutil.NoSuchProcess:
             continue
-    alive = _wait_ended(list(procs), _TIMEOUT)
+    alive = _wait_ended(list(procs), COMMAND_TIMEOUT)
     return [f"{procs[p]} (pid {p.pid})" for p in alive]
 
 
@@ -360,7 +362,7 @@ def remove_held(record: dict) -> list[str]:
     import psutil
 
     for name in record.get("hosts", []):
-        if _NAME.match(name) and host_tmp(name).is_dir():
+        if NAMESPACE_NAME.match(name) and host_tmp(name).is_dir():
             shutil.rmtree(host_tmp(name))
     pid, started = record.get("holder"), record.get("holder_started")
     if not pid:
@@ -374,6 +376,6 @@ def remove_held(record: dict) -> list[str]:
         return []
     # A holder whose kernel is alive (reap(include_live=True)) stays a zombie until that
     # kernel reaps it: psutil's wait() took the whole timeout, then called it a survivor.
-    if _wait_ended([proc], _TIMEOUT):
+    if _wait_ended([proc], COMMAND_TIMEOUT):
         return [f"{record.get('hub') or 'private network'} (holder pid {pid})"]
     return []

@@ -115,7 +115,7 @@ def usable_cores() -> int:
 def stretched(settings: dict, cores: float) -> tuple[dict, float]:
     """``settings`` with their time limits for the CPU a notebook really gets here, and the
     factor: a lab's ``cell_timeout`` and ``notebook_timeout`` are set for its ``cpus``; a
-    grader that gives it fewer ``cores`` (:meth:`_Batch.share`: a smaller machine, a quota
+    grader that gives it fewer ``cores`` (:meth:`Batch.share`: a smaller machine, a quota
     above the grader, more jobs than cores) stretches them in proportion, so that a correct
     submission is never timed out by the grader's own machine (0.8 cores for a 2-core lab:
     2.5 times the limits)."""
@@ -161,7 +161,7 @@ class _Stopped(Exception):
     """The batch was interrupted before this submission's turn."""
 
 
-class _Batch:
+class Batch:
     """Notebooks execute on ``jobs`` cores at once, each taking its lab's ``cpus``. As many
     sandboxes again as there are cores prepare meanwhile and
     wait for their turn at the gate (:mod:`lab_utils.grading.gate`), and finished ones
@@ -413,7 +413,7 @@ def _rmtree(folder: Path) -> list[str]:
     return errors
 
 
-def _prepare(root: Path, labs: list[str]) -> None:
+def prepare_labs(root: Path, labs: list[str]) -> None:
     """The course's gradebook knows every lab, and its reference scripts are extracted."""
     from nbgrader.api import Gradebook, MissingEntry
 
@@ -427,7 +427,7 @@ def _prepare(root: Path, labs: list[str]) -> None:
     scripts.extract_references(None, root)  # every lab's: Lab 3 runs Lab 2's script, and so on
 
 
-def _unchanged_and_todo(root: Path, submissions: Path, pairs, settings_file, resume: bool) -> tuple[list, list]:
+def unchanged_and_todo(root: Path, submissions: Path, pairs, settings_file, resume: bool) -> tuple[list, list]:
     """``(graded, todo)``: the results kept from an earlier grading of the same submission,
     course and settings (when ``resume``), and the ``(student, lab, hashes)`` left to grade."""
     graded, todo = [], []
@@ -446,7 +446,7 @@ def _unchanged_and_todo(root: Path, submissions: Path, pairs, settings_file, res
     return graded, todo
 
 
-def _announce(batch: _Batch, todo: list, unchanged: int, settings_file, isolate, pipeline: bool) -> None:
+def _announce(batch: Batch, todo: list, unchanged: int, settings_file, isolate, pipeline: bool) -> None:
     """Say what the batch will do: how many to grade, on how many cores, in which sandbox,
     and which labs' time limits are stretched because a notebook gets fewer cores than asked."""
     box_mode = (
@@ -504,9 +504,9 @@ def autograde(
     if not pairs:
         raise ValueError(f"no submissions for {sorted(wanted)} in {submissions} (expected <student>/<lab>/<lab>.ipynb)")
     jobs = max(1, int(jobs or usable_cores()))
-    _prepare(root, sorted({lab for _, lab in pairs}))
-    graded, todo = _unchanged_and_todo(root, submissions, pairs, settings_file, resume)
-    batch = _Batch(root, submissions, jobs, isolate, settings_file, out, pipeline, len(todo))
+    prepare_labs(root, sorted({lab for _, lab in pairs}))
+    graded, todo = unchanged_and_todo(root, submissions, pairs, settings_file, resume)
+    batch = Batch(root, submissions, jobs, isolate, settings_file, out, pipeline, len(todo))
     try:
         batch.make_templates(sorted({lab for _, lab, _ in todo}))
     except BaseException:

@@ -118,7 +118,7 @@ def _replace_tree(src: Path, dest: Path) -> None:
     copy_plain(src, dest)
 
 
-def _copy_files(src: Path, names: list[str], dest: Path) -> None:
+def copy_files(src: Path, names: list[str], dest: Path) -> None:
     """``dest`` made anew with only ``names`` of ``src`` (plain files; a link is not followed)."""
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -137,10 +137,10 @@ def install(root: Path, db_url: str, course_id: str, submissions: Path, result: 
     merge(db_url, Path(result["db"]), lab, student, course_id)
     _replace_tree(submissions / student / lab, root / "submitted" / student / lab)
     kept = result.pop("autograded_files", None) or [f"{lab}.ipynb"]
-    _copy_files(Path(result["autograded"]), kept, root / "autograded" / student / lab)
+    copy_files(Path(result["autograded"]), kept, root / "autograded" / student / lab)
     if Path(result["feedback"]).is_dir():
         pages = sorted(p.name for p in Path(result["feedback"]).glob("*.html"))  # nbgrader's pages only
-        _copy_files(Path(result["feedback"]), pages, root / "feedback" / student / lab)
+        copy_files(Path(result["feedback"]), pages, root / "feedback" / student / lab)
         add_flags_to_feedback(root / "feedback" / student / lab, result["flags"])
     for key in ("autograded", "feedback", "db"):
         result.pop(key, None)

@@ -29,7 +29,7 @@ import statistics
 from dataclasses import dataclass
 
 from lab_utils.grading.cells import is_grading, ratio_credit
-from lab_utils.grading.throughput import _alternate, band_of
+from lab_utils.grading.throughput import alternate, band_of
 
 __all__ = ["YARDSTICKS", "SelfCheck", "published", "scale_of", "jobs", "self_check", "describe", "plain_steps"]
 
@@ -135,7 +135,7 @@ def self_check(
         return None
     bands, points = [tuple(b) for b in info["bands"]], float(info["points"])
     scale, spread = scale_of(info["ratios"])
-    m = _alternate(
+    m = alternate(
         student,
         yardstick,
         bands=bands,

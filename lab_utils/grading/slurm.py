@@ -375,12 +375,12 @@ def autograde(
     pairs = [(s, lab) for s, lab in local.submission_pairs(submissions) if lab in wanted]
     if not pairs:
         raise ValueError(f"no submissions for {sorted(wanted)} in {submissions} (expected <student>/<lab>/<lab>.ipynb)")
-    local._prepare(root, sorted({lab for _, lab in pairs}))
+    local.prepare_labs(root, sorted({lab for _, lab in pairs}))
     driver = _Driver(root, submissions, out, poll_s, unsafe_no_sandbox)
     leftovers = merge_leftovers(root, submissions, driver.db)
     if leftovers:
         driver.say(f"autograde --slurm: merged {len(leftovers)} result(s) an earlier run's elements had staged")
-    graded, todo = local._unchanged_and_todo(root, submissions, pairs, settings_file, resume)
+    graded, todo = local.unchanged_and_todo(root, submissions, pairs, settings_file, resume)
     driver.say(f"autograde --slurm: {len(todo)} to grade, {len(graded)} unchanged since their last grading")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     batch_dir = root / "slurm" / f"{stamp}-{secrets.token_hex(3)}"
@@ -408,7 +408,7 @@ def autograde(
 
 
 # -- an element --------------------------------------------------------------------------
-class _StagingBatch(local._Batch):
+class _StagingBatch(local.Batch):
     """The local batch's grading, on a node: a result is staged for the driver, not installed."""
 
     def __init__(self, stage: Path, *args, **kw):
@@ -424,10 +424,10 @@ class _StagingBatch(local._Batch):
         if result["status"] == "graded":
             shutil.copy2(result["db"], stage / "gradebook.db")
             kept = result.get("autograded_files") or [f"{result['lab']}.ipynb"]
-            results._copy_files(Path(result["autograded"]), kept, stage / "autograded")
+            results.copy_files(Path(result["autograded"]), kept, stage / "autograded")
             feedback = Path(result["feedback"])
             pages = sorted(p.name for p in feedback.glob("*.html")) if feedback.is_dir() else []
-            results._copy_files(feedback, pages, stage / "feedback")
+            results.copy_files(feedback, pages, stage / "feedback")
             result.update(db=str(stage / "gradebook.db"), autograded=str(stage / "autograded"))
             result["feedback"] = str(stage / "feedback")
         result["submissions"] = str(self.submissions)

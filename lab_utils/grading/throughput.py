@@ -101,7 +101,7 @@ def alternation(*, bands, scale=1.0, slack=0.0, warmup, rounds, max_rounds, nois
             return out
 
 
-def _alternate(student, other, **kw) -> _Timed:
+def alternate(student, other, **kw) -> _Timed:
     """:func:`alternation` run here, each job timed with this process's clock."""
     plan = alternation(**kw)
     jobs = {"student": student, "reference": other}
@@ -224,7 +224,7 @@ def compare(
     rounds = int(rounds or cfg["rounds"])
     max_rounds = max(rounds, int(max_rounds or cfg["max_rounds"]))
     noise = float(noise if noise is not None else cfg["noise"])
-    m = _alternate(student, reference, bands=bands, warmup=warmup, rounds=rounds, max_rounds=max_rounds, noise=noise)
+    m = alternate(student, reference, bands=bands, warmup=warmup, rounds=rounds, max_rounds=max_rounds, noise=noise)
     complete = valid is None or all(valid(r) for r in m.student_results)
     claimed = None
     if reported is not None:

@@ -33,36 +33,7 @@ package's task.
 
 A package's attributes are its *front* module's, imported on first use: ``ps.train_worker``
 is ``ps.task``'s, ``netexp.run`` is ``netexp.runs``' (see :mod:`lab_utils.training._exports`).
-The modules' former flat names (``ps_runs``, ``allreduce_runs``, ...) still answer
-``from lab_utils.training import ps_runs`` for one term, with a ``FutureWarning``
-naming the new import.
 
 The generic layers (cluster, metrics, data, report, plots, ...) never import this
 package. Importing a module here does not import TensorFlow.
 """
-
-from lab_utils.training._exports import renamed
-
-#: Former module names (until the spring 2027 term), for notebooks saved before the layout changed.
-FORMER_NAMES = {
-    "ps_settings": "ps.settings",
-    "ps_defaults": "ps.defaults",
-    "ps_hand": "ps.hand",
-    "ps_hand_runs": "ps.hand_runs",
-    "ps_strategy": "ps.strategy",
-    "ps_strategy_runs": "ps.strategy_runs",
-    "ps_demos": "ps.demo_runs",
-    "ps_runs": "ps.runs",
-    "ps_yardstick": "ps.yardstick",
-    "inspect": "ps.describe",
-    "ssp_runs": "ssp.runs",
-    "allreduce_runs": "allreduce.runs",
-    "ring": "allreduce.ring_check",
-    "towers_runs": "towers.runs",
-    "compression_runs": "compression.runs",
-    "compression_task": "compression.task",
-    "netexp_task": "netexp.task",
-    "hybrid_task": "hybrid.task",
-}
-
-__getattr__ = renamed(__name__, FORMER_NAMES)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import warnings
 from collections.abc import Callable
 
 
@@ -33,22 +32,3 @@ def front(package: str, module: str) -> tuple[Callable[[str], object], Callable[
         return sorted(n for n in vars(target) if not n.startswith("_"))
 
     return __getattr__, __dir__
-
-
-def renamed(package: str, old: dict[str, str]) -> Callable[[str], object]:
-    """``__getattr__`` for ``package`` that still answers a module's former name, with a
-    ``FutureWarning`` naming the import to write instead."""
-
-    def __getattr__(name: str) -> object:
-        if name not in old:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        new = f"{package}.{old[name]}"
-        parent, _, leaf = new.rpartition(".")
-        warnings.warn(
-            f"lab_utils.training.{name} is now {new}: write `from {parent} import {leaf} as {name}`",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return importlib.import_module(new)
-
-    return __getattr__

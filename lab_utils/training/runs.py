@@ -79,21 +79,22 @@ def takes_run_options(**defaults: Any) -> Callable[[Callable], Callable]:
     return keyword_options(RunOptions, **defaults)
 
 
-def every_task_reported(results: Mapping[str, Any], tasks: Iterable[str], run_dir: Any, hint: str = "") -> None:
-    """``RuntimeError`` naming the ``tasks`` that exited 0 without a result in ``results``,
-    and where their logs are (``hint``: what the script should have called)."""
+def every_task_reported(results: Mapping[str, Any], tasks: Iterable[str], run_dir: Any, hint: str = "") -> list[dict]:
+    """The results of ``tasks``, in order; ``RuntimeError`` naming those that exited 0
+    without one in ``results``, and where their logs are (``hint``: what the script should
+    have called). The one check of every run kind."""
+    tasks = list(tasks)
     missing = [t for t in tasks if t not in results]
     if missing:
         why = f" ({hint})" if hint else ""
         raise RuntimeError(f"{', '.join(missing)} exited 0 without reporting a result{why}; logs in {run_dir}")
+    return [results[t] for t in tasks]
 
 
 def one_result(job: Any, label: str) -> dict:
-    """The result of a finished one-task ``job``; ``RuntimeError`` naming ``label`` if none."""
-    result = next(iter(job.results().values()), None)
-    if result is None:
-        raise RuntimeError(f"{label}: the task exited 0 without reporting a result; log in {job.run_dir}")
-    return result
+    """The result of a finished one-task ``job`` (:func:`every_task_reported`, naming ``label``)."""
+    results = list(job.results().values())
+    return every_task_reported(dict(zip([label], results, strict=False)), [label], job.run_dir)[0]
 
 
 def step_events(job: Any) -> pd.DataFrame:
@@ -228,10 +229,23 @@ def horovod_job(
 
 
 def finish_run(
-    job, results: dict, label, method, ranks, args, t0, weights, timeline=None, monitor=None, cls=TrainRun, **extra
+    job,
+    *,
+    results: dict,
+    label: str,
+    method: str,
+    ranks: int,
+    args,
+    t0: float,
+    weights: str | None = None,
+    timeline: str | None = None,
+    monitor=None,
+    cls=TrainRun,
+    **extra,
 ) -> TrainRun:
     """A :class:`TrainRun` (or its subclass ``cls``, with ``extra`` fields) from a finished
-    job whose ``results`` are keyed ``rank:<r>``; a rank without a result is an error."""
+    job whose ``results`` are keyed ``rank:<r>``; a rank without a result is an error.
+    ``t0``: when the run started (``time.monotonic()``), for its wall time."""
     every_task_reported(results, (f"rank:{r}" for r in range(ranks)), job.run_dir)
     return cls(
         method,

@@ -390,12 +390,12 @@ def test_time_limits_stretch_with_the_cores_a_lab_really_gets():
 def test_a_notebook_s_share_is_its_turns_part_of_the_cpu_and_at_most_its_cpus():
     from types import SimpleNamespace
 
-    from lab_utils.grading.batch import _Batch
+    from lab_utils.grading.batch import Batch
 
     def share(cpu, jobs, cpus):
         batch = SimpleNamespace(cpu=cpu, jobs=jobs)
-        batch.cores = lambda settings: _Batch.cores(batch, settings)
-        return _Batch.share(batch, {"cpus": cpus})
+        batch.cores = lambda settings: Batch.cores(batch, settings)
+        return Batch.share(batch, {"cpus": cpus})
 
     assert share(2.0, 2, 2.0) == 2.0 and share(2.0, 2, 1.0) == 1.0  # this machine, its own jobs
     assert share(0.8, 1, 2.0) == 0.8  # make test-slow: one at a time, on 0.8 of a core

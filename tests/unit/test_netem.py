@@ -82,14 +82,14 @@ def test_network_command_and_addresses(tmp_path):
     net.subnet = ipaddress.ip_network("10.203.7.0/24")
     assert [net.address(i) for i in range(3)] == ["10.203.7.1", "10.203.7.2", "10.203.7.3"]
     assert net.command(2, ["python", "x.py"]) == ["ip", "netns", "exec", net.hosts[2], "python", "x.py"]
-    assert all(netem._NAME.match(n) for n in [net.hub, *net.hosts])
+    assert all(netem.NAMESPACE_NAME.match(n) for n in [net.hub, *net.hosts])
 
 
 def test_remove_touches_only_its_own_names(monkeypatch):
     """A state file is data: remove() deletes nothing that this module did not name."""
     calls = []
     monkeypatch.setattr(netem, "namespaces", lambda: ["labnet-0123abcd-h0"])
-    monkeypatch.setattr(netem, "_run", lambda cmd, check=True: calls.append(cmd))
+    monkeypatch.setattr(netem, "run_command", lambda cmd, check=True: calls.append(cmd))
     assert netem.remove({"hub": "default", "hosts": ["eth0", "labnet-0123abcd-h0", "../x"]}) == [
         "labnet-0123abcd-h0"  # still listed by the stub: reported as left
     ]

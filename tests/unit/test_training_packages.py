@@ -31,16 +31,10 @@ def test_importing_a_package_or_its_task_side_loads_no_notebook_side():
     assert out.stdout.strip() == "[]", out.stdout
 
 
-@pytest.mark.parametrize("old, new", sorted(training.FORMER_NAMES.items()))
-def test_a_former_flat_name_still_answers_with_a_warning_naming_the_new_import(old, new):
-    with pytest.warns(FutureWarning, match=rf"lab_utils\.training\.{old} is now lab_utils\.training\.{new}"):
-        module = getattr(training, old)
-    assert module.__name__ == f"lab_utils.training.{new}"
-
-
-def test_an_unknown_name_is_still_an_attribute_error():
+def test_a_former_flat_name_is_gone():
+    """The spring 2027 term dropped the flat names (``ps_runs``: ``ps.runs``; CHANGELOG)."""
     with pytest.raises(AttributeError):
-        training.no_such_module  # noqa: B018
+        training.ps_runs  # noqa: B018
 
 
 def test_a_student_s_file_is_loaded_afresh_and_a_wrong_one_is_named(tmp_path):

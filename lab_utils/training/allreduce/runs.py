@@ -214,7 +214,18 @@ def run_hvd(
     )
     mon = options.watch(job)
     label = options.label or f"horovod {controller} np={np}"
-    return finish_run(job, job.results(), label, f"horovod ({controller})", np, args, t0, weights, tl, mon)
+    return finish_run(
+        job,
+        results=job.results(),
+        label=label,
+        method=f"horovod ({controller})",
+        ranks=np,
+        args=args,
+        t0=t0,
+        weights=weights,
+        timeline=tl,
+        monitor=mon,
+    )
 
 
 def _tf_run(strategy: str, workers: int, args, save_weights: bool, options: RunOptions) -> TrainRun:
@@ -238,7 +249,17 @@ def _tf_run(strategy: str, workers: int, args, save_weights: bool, options: RunO
     results = {f"rank:{r['rank']}": r for r in cluster.results().values()}  # worker:i -> rank:i
     method = "one process" if strategy == "single" else "mwms (ring)"
     label = options.label or f"{method} x{workers}"
-    return finish_run(cluster, results, label, method, workers, args, t0, weights, None, mon)
+    return finish_run(
+        cluster,
+        results=results,
+        label=label,
+        method=method,
+        ranks=workers,
+        args=args,
+        t0=t0,
+        weights=weights,
+        monitor=mon,
+    )
 
 
 @takes_run_options()

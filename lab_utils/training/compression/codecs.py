@@ -85,7 +85,8 @@ _SIGNATURES = {
 # ----------------------------------------------------------------------------- checks
 
 
-def _method(method: str) -> str:
+def checked_method(method: str) -> str:
+    """``method``, or ValueError naming the methods there are."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     return method
@@ -100,7 +101,7 @@ def _int(name: str, value: Any, low: int) -> int:
 def student_needs(method: str) -> str:
     """What the student's ``compressors.py`` must define for ``method``, in words:
     ``"topk(grad, k, error)"``; ``"onebit(grad, error) and onebit_decompress(signs, scale)"``."""
-    if _method(method) not in STUDENT_FUNCTIONS:
+    if checked_method(method) not in STUDENT_FUNCTIONS:
         raise ValueError(f"method {method!r} uses no student functions; these do: {', '.join(STUDENT_FUNCTIONS)}")
     return " and ".join(_SIGNATURES[f] for f in STUDENT_FUNCTIONS[method])
 
@@ -166,7 +167,7 @@ def message_bytes(method: str, n_params: int | Sequence[int], k: int | None = No
     ``topk``: 8 per kept entry (an int32 index and a float32 value), ``k`` being the
     entries kept over all tensors (required for topk, ignored otherwise)."""
     sizes = _sizes(n_params)
-    if _method(method) == "onebit":
+    if checked_method(method) == "onebit":
         return sum(-(-n // 8) + _SCALE_BYTES for n in sizes)
     if method == "topk":
         if k is None:

@@ -44,7 +44,7 @@ from lab_utils.training.compression import codecs as compression
 from lab_utils.training.compression.codecs import (
     STUDENT_FUNCTIONS,
     ErrorFeedback,
-    _method,
+    checked_method,
     make_codec,
     student_needs,
 )
@@ -138,7 +138,7 @@ def make_exchange(
     ``hvd.allgather`` of the uint8 message, the NumPy decoding and average. Needs
     ``hvd.init()`` first."""
     codec = None
-    if _method(method) in STUDENT_FUNCTIONS:
+    if checked_method(method) in STUDENT_FUNCTIONS:
         if student is None:
             raise ValueError(
                 f"method {method!r} needs student=: the loaded compressors.py with {student_needs(method)}"

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from lab_utils.cluster import ClusterError, TFCluster
 from lab_utils.training.ps.hand_flags import UPDATES
+from lab_utils.training.runs import every_task_reported
 from lab_utils.training.student import load_student
 
 __all__ = ["TwoTasks", "load_two_tasks", "run_two_tasks"]
@@ -117,9 +118,7 @@ def run_two_tasks(
     except ClusterError as exc:
         raise _explain(cluster, exc, path.name) from None
     wall = time.monotonic() - t0
-    result = cluster.results().get("worker:0")
-    if result is None:
-        raise RuntimeError(f"worker:0 exited 0 without reporting a result; logs in {cluster.run_dir}")
+    (result,) = every_task_reported(cluster.results(), ["worker:0"], cluster.run_dir)
     configs = {}
     for event in cluster.events("tf_config"):
         configs[event["task"]] = event["config"]

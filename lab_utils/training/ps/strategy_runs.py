@@ -31,7 +31,7 @@ from lab_utils.cluster import (
 )
 from lab_utils.resources import available_memory_bytes
 from lab_utils.training.ps.strategy_flags import parse_args
-from lab_utils.training.runs import LaunchOptions, takes_launch_options
+from lab_utils.training.runs import LaunchOptions, every_task_reported, takes_launch_options
 
 __all__ = ["StrategyRun", "run_ps_strategy", "strategy_memory", "fit_strategy_workers", "TASK_MODULE"]
 
@@ -163,9 +163,7 @@ def run_ps_strategy(
     with cluster:
         cluster.wait()
     wall = time.monotonic() - t0
-    result = cluster.results().get("chief:0")
-    if result is None:
-        raise RuntimeError(f"chief:0 exited 0 without reporting a result; logs in {cluster.run_dir}")
+    (result,) = every_task_reported(cluster.results(), ["chief:0"], cluster.run_dir)
     events = cluster.events("step")
     table = pd.DataFrame(
         [{"step": e["step"], "worker": e["worker"], "loss": e["loss"]} for e in events if e.get("task") == "chief:0"],
