@@ -35,7 +35,7 @@ def wrong(tmp_path: Path, solution: Path, body: str, name: str = "two_tasks.py")
     script = tmp_path / name
     script.write_text(
         "import importlib.util\n"
-        "from lab_utils.training import ps_hand\n"
+        "from lab_utils.training.ps import hand as ps_hand\n"
         f"_spec = importlib.util.spec_from_file_location('solution', {str(solution)!r})\n"
         "solution = importlib.util.module_from_spec(_spec)\n"
         "_spec.loader.exec_module(solution)\n"
