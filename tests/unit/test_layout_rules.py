@@ -151,6 +151,16 @@ def matches(target: str, prefixes: tuple[str, ...] | frozenset[str]) -> bool:
     return any(target == p or target.startswith(p + ".") for p in prefixes)
 
 
+def absolute(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` in ``package`` names, a relative one made absolute."""
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        parent = ".".join(parts[: len(parts) - node.level + 1])
+        base = f"{parent}.{base}" if base else parent
+    return base
+
+
 def parse_imports(source: str, module: str, is_package: bool = False) -> list[Import]:
     """Every import statement of ``module``'s source, relative ones made absolute."""
     package = module if is_package else module.rpartition(".")[0]
@@ -161,11 +171,7 @@ def parse_imports(source: str, module: str, is_package: bool = False) -> list[Im
             if isinstance(child, ast.Import):
                 found.extend(Import(child.lineno, a.name, None, top_level) for a in child.names)
             elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    parts = package.split(".")
-                    parent = ".".join(parts[: len(parts) - child.level + 1])
-                    base = f"{parent}.{base}" if base else parent
+                base = absolute(child, package)
                 found.extend(Import(child.lineno, base, a.name, top_level) for a in child.names)
             visit(child, top_level and not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
 
@@ -486,11 +492,7 @@ def _module_aliases(tree: ast.AST, module: str, is_package: bool, modules: dict)
                 else:
                     aliases[a.name.split(".")[0]] = a.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parent = ".".join(parts[: len(parts) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
+            base = absolute(node, package)
             for a in node.names:
                 if f"{base}.{a.name}" in modules:
                     aliases[a.asname or a.name] = f"{base}.{a.name}"
