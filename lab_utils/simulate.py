@@ -51,7 +51,9 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Real
+
+from lab_utils import checks
 
 #: Worker counts :func:`predict` uses by default: 1, 2, 4, ..., 1,024.
 WORKERS = tuple(2**i for i in range(11))
@@ -90,7 +92,7 @@ class Params:
             if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         for name in ("batch_size", "shards"):
-            _check_count(getattr(self, name), name)
+            checks.count(name, getattr(self, name))
         if self.cores is not None and (
             isinstance(self.cores, bool) or not isinstance(self.cores, Real) or not self.cores > 0
         ):
@@ -108,12 +110,6 @@ def beta_of(bandwidth: str | float) -> float:
     else:
         raise ValueError(f"bandwidth must be like '100mbit' or bits per second > 0, got {bandwidth!r}")
     return 8.0 / bits
-
-
-def _check_count(n, name: str = "n") -> int:
-    if isinstance(n, bool) or not isinstance(n, Integral) or n < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
-    return int(n)
 
 
 def _resolve(params: Params | None, fields: Mapping) -> Params:
@@ -157,7 +153,7 @@ def ps_step(n: int, params: Params | None = None, **fields) -> float:
     linearly with N (the thesis's Figure 4.3 levels off for this reason). The N messages
     of a phase are in flight together, so latency counts once per phase. ``params`` or
     its fields as keywords (``ps_step(4, alpha=1e-4, beta=8e-8, grad_bytes=3e6)``)."""
-    p, n = _resolve(params, fields), _check_count(n)
+    p, n = _resolve(params, fields), checks.count("n", n)
     return _step(p, n + 1, _ps_comm(p, n, p.grad_bytes, 1))
 
 
@@ -169,7 +165,7 @@ def sharded_ps_step(n: int, params: Params | None = None, **fields) -> float:
     Each of the k shards' links carries N M / k per direction; each worker's link still
     carries all of its M, so beyond k = N more shards stop helping. ``shards=1`` is
     :func:`ps_step`."""
-    p, n = _resolve(params, fields), _check_count(n)
+    p, n = _resolve(params, fields), checks.count("n", n)
     return _step(p, n + p.shards, _ps_comm(p, n, p.grad_bytes, p.shards))
 
 
@@ -185,7 +181,7 @@ def ring_allreduce_step(n: int, params: Params | None = None, **fields) -> float
     ``beta_duplex``), and in the first N - 1 it adds the chunk in. Every link carries
     2 (N - 1) / N M bytes each way whatever N: the step tends to ``2 M beta`` (bandwidth
     optimal) while the latency term grows as ``2 (N - 1) alpha``. One worker: no exchange."""
-    p, n = _resolve(params, fields), _check_count(n)
+    p, n = _resolve(params, fields), checks.count("n", n)
     return _step(p, n, _ring_comm(p, n, p.grad_bytes))
 
 
@@ -197,7 +193,7 @@ def tree_allreduce_step(n: int, params: Params | None = None, **fields) -> float
     Each of the ``ceil(log2 N)`` rounds of the reduce and of the broadcast moves the
     whole M over a link: few messages (good for small M or large alpha) but M beta per
     round, so for large M the ring wins."""
-    p, n = _resolve(params, fields), _check_count(n)
+    p, n = _resolve(params, fields), checks.count("n", n)
     rounds = (n - 1).bit_length()  # ceil(log2 n)
     return _step(p, n, 2 * rounds * (p.alpha + p.grad_bytes * p.beta) + rounds * p.grad_bytes * p.gamma)
 
@@ -215,7 +211,7 @@ def hybrid_step(n: int, params: Params | None = None, **fields) -> float:
     if "dense_bytes" in fields:
         dense = fields.pop("dense_bytes")
         fields = {**fields, "grad_bytes": dense}
-    p, n = _resolve(params, fields), _check_count(n)
+    p, n = _resolve(params, fields), checks.count("n", n)
     comm = _ring_comm(p, n, p.grad_bytes)
     if p.sparse_bytes > 0:
         return _step(p, n + p.shards, comm + _ps_comm(p, n, p.sparse_bytes, p.shards))
@@ -249,14 +245,14 @@ def throughput(step_s: float, n: int, batch_size: int) -> float:
     """Examples per second of ``n`` workers, each doing ``batch_size`` examples per step."""
     if not (isinstance(step_s, Real) and step_s > 0 and math.isfinite(step_s)):
         raise ValueError(f"step_s must be a finite number > 0, got {step_s!r}")
-    return _check_count(n) * _check_count(batch_size, "batch_size") / step_s
+    return checks.count("n", n) * checks.count("batch_size", batch_size) / step_s
 
 
 def efficiency(throughput_n: float, n: int, throughput_1: float) -> float:
     """Scaling efficiency: the speedup over one worker divided by ``n`` (1.0 = linear)."""
     if not (throughput_1 > 0 and throughput_n >= 0):
         raise ValueError(f"throughputs must be > 0, got {throughput_n!r} and {throughput_1!r}")
-    return throughput_n / (_check_count(n) * throughput_1)
+    return throughput_n / (checks.count("n", n) * throughput_1)
 
 
 def predict(
@@ -270,7 +266,7 @@ def predict(
     p = _resolve(params, fields)
     no_comm = dataclasses.replace(p, **{k: 0.0 for k in _COMM})
     names = [model_name(m) for m in ([model] if isinstance(model, str) else model)]
-    workers = [_check_count(n, "workers") for n in workers]
+    workers = [checks.count("workers", n) for n in workers]
     if not names or not workers:
         raise ValueError(f"need at least one model and one worker count, got {names} and {workers}")
     rows = []
@@ -346,8 +342,8 @@ def calibrate(measurements, params: Params | None = None, *, fit: Sequence[str] 
     to measured step times, by least squares on the *relative* error of each step time.
 
     ``measurements``: rows with ``mode`` (or ``model``), ``workers``, ``step_s`` and
-    ``gradient_mb`` (or ``grad_bytes``), as :func:`lab_utils.training.netexp.run` returns
-    them, from one network (calibrate each network on its own: its alpha and beta are the
+    ``gradient_mb`` (or ``grad_bytes``), as the rows of :func:`lab_utils.training.netexp.run_netexp`'s runs
+    hold them, from one network (calibrate each network on its own: its alpha and beta are the
     network's). Terms not fitted come from ``params``/``fields`` (e.g. ``cores=2`` for
     loopback runs); ``grad_bytes`` defaults to the rows' most common size and
     ``batch_size`` to what the rows' throughput implies. Every step time is linear in

@@ -37,7 +37,7 @@ from typing import Any
 
 import psutil
 
-from lab_utils import config, report, resources
+from lab_utils import checks, config, report, resources
 from lab_utils.cluster import netem, rundir, userns
 from lab_utils.cluster.process import ClusterError, Recorded, Task, create_time, tail, terminate
 from lab_utils.display import StatusLine
@@ -79,12 +79,6 @@ def format_args(args: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
     return out
 
 
-def _check_seconds(**values: Any) -> None:
-    for label, value in values.items():
-        if value is not None and not (isinstance(value, (int, float)) and value > 0):
-            raise ValueError(f"{label} must be a positive number of seconds or None, got {value!r}")
-
-
 @dataclass(frozen=True)
 class JobOptions:
     """The life-cycle settings every launcher (``TFCluster``, ``MPIJob``) takes as keyword arguments."""
@@ -121,7 +115,8 @@ class Job:
                 )
             self.script = str(path.resolve())
         self.args = format_args(args)
-        _check_seconds(ready_timeout=o.ready_timeout, timeout=o.timeout, grace=o.grace)
+        for name in ("ready_timeout", "timeout", "grace"):
+            checks.seconds(name, getattr(o, name), optional=True)
         self.extra_env = dict(o.env or {})
         self.ready_timeout, self.timeout, self.grace = o.ready_timeout, o.timeout, o.grace
         self.stream, self.use_guard, self.progress = o.stream, o.guard, o.progress

@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from lab_utils import _guard, config, report, resources
+from lab_utils import _guard, checks, config, report, resources
 from lab_utils.cluster import hosts as hostlib
 from lab_utils.cluster import hvdbuild, netem
 from lab_utils.cluster.job import Job, JobOptions
@@ -163,8 +163,7 @@ class MPIJob(Job):
         check_resources: bool = True,
         options: JobOptions,
     ):
-        if isinstance(np, bool) or not isinstance(np, int) or np < 1:
-            raise ValueError(f"np must be an integer >= 1, got {np!r}")
+        checks.count("np", np)
         if launcher not in hostlib.LAUNCHERS:
             raise ValueError(f"unknown launcher {launcher!r}; allowed: {', '.join(hostlib.LAUNCHERS)}")
         if controller is None:

@@ -220,6 +220,14 @@ def _listening_sockets(pid: int, port: int) -> set[str]:
     return found
 
 
+def _net_namespace(pid: int) -> str:
+    """Process ``pid``'s network namespace (``net:[4026531840]``); the pid itself where unreadable."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return f"pid {pid}"
+
+
 def _open_sockets(pid: int) -> set[str]:
     """Inodes of the sockets process ``pid`` holds open."""
     inodes = set()
@@ -328,11 +336,17 @@ class Task:
         user's) and for a task started elsewhere (its ssh client listens on nothing)."""
         if self.port is None or self.pid is None or self.exit_code is not None:
             return False
-        try:
-            pids = [self.pid, *(p.pid for p in _tree(self.pid))]
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            return False
-        return any(_listening_sockets(pid, self.port) & _open_sockets(pid) for pid in pids)
+        held = {
+            pid: sockets for pid in (self.pid, *(p.pid for p in _tree(self.pid))) if (sockets := _open_sockets(pid))
+        }
+        tables: dict[str, set[str]] = {}  # network namespace -> its listening sockets, read once
+        for pid, sockets in held.items():
+            namespace = _net_namespace(pid)
+            if namespace not in tables:
+                tables[namespace] = _listening_sockets(pid, self.port)
+            if sockets & tables[namespace]:
+                return True
+        return False
 
     def as_state(self) -> dict:
         return {

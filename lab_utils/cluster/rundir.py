@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from lab_utils import config
+from lab_utils import checks, config
 from lab_utils.cluster import netem
 from lab_utils.cluster.process import Recorded, create_time, same_process_alive, terminate
 
@@ -137,8 +137,7 @@ def prune_runs(keep: int = KEEP_RUNS, root: str | os.PathLike | None = None) -> 
     processes are all gone and whose kernel is gone or stopped them (a run still in
     use, or left running for :func:`reap`, is never deleted). Returns the
     directories removed. Called when a cluster starts in the default run root."""
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-        raise ValueError(f"keep must be an integer >= 0, got {keep!r}")
+    checks.count("keep", keep, low=0)
     base = Path(root) if root is not None else run_root()
     runs = sorted(
         (p for p in base.iterdir() if (p / "state.json").is_file()), key=lambda p: p.stat().st_mtime, reverse=True

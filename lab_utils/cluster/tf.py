@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from lab_utils import config, report, resources
+from lab_utils import checks, config, report, resources
 from lab_utils.cluster import hosts, netem
 from lab_utils.cluster.hosts import named_hosts
 from lab_utils.cluster.job import Job, JobOptions, pause
@@ -108,12 +108,6 @@ def start_server(config: TaskConfig | None = None, *, protocol: str = "grpc", se
     return server
 
 
-def _count(label: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{label} must be an integer >= 0, got {value!r}")
-    return value
-
-
 class TFCluster(Job):
     """A TensorFlow cluster: ``ps`` PS tasks + ``workers`` workers (+ a ``chief``).
 
@@ -168,15 +162,16 @@ class TFCluster(Job):
         chief: int = 0,
         options: JobOptions,
     ):
-        ps, workers, chief = _count("ps", ps), _count("workers", workers), _count("chief", chief)
+        ps, workers, chief = (
+            checks.count(name, n, low=0) for name, n in (("ps", ps), ("workers", workers), ("chief", chief))
+        )
         if workers == 0:
             raise ValueError(
                 f"workers must be at least 1 (got ps={ps}, workers=0): a cluster without workers trains nothing"
             )
         if chief > 1:
             raise ValueError(f"chief must be 0 or 1 (TensorFlow has one chief task at most), got {chief}")
-        if isinstance(start_retries, bool) or not isinstance(start_retries, int) or start_retries < 1:
-            raise ValueError(f"start_retries must be an integer >= 1, got {start_retries!r}")
+        checks.count("start_retries", start_retries)
         n = ps + workers + chief
         emulate, self.remote_via = None, "ssh"
         named = named_hosts(hosts, n) if isinstance(hosts, str) else None  # the parameter shadows the module

@@ -26,7 +26,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .store import RECEIPT
+from .store import RECEIPT, durable_file
 
 __all__ = ["backup", "restore", "hand_ins_of"]
 
@@ -74,26 +74,19 @@ def backup(store: Path, course: Path, dest: Path, now: datetime | None = None) -
     dest.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     out = dest / f"labs-{stamp}.tar.gz"
-    fd, part = tempfile.mkstemp(dir=dest, prefix=".labs-", suffix=".part")  # mode 600
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            for kind in ("submitted", "feedback"):
-                if (store / kind).is_dir():
-                    tar.add(store / kind, arcname=f"store/{kind}")
-            if has_gradebook:
-                with tempfile.TemporaryDirectory() as tmp:
-                    _gradebook_copy(course / GRADEBOOK, Path(tmp) / GRADEBOOK)
-                    tar.add(Path(tmp) / GRADEBOOK, arcname=GRADEBOOK)
-            index = json.dumps({"hand_ins": hand_ins, "gradebook": has_gradebook}).encode()
-            info = tarfile.TarInfo("index.json")
-            info.size, info.mtime = len(index), int(datetime.now(UTC).timestamp())
-            tar.addfile(info, io.BytesIO(index))
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(part, out)
-    except BaseException:
-        Path(part).unlink(missing_ok=True)
-        raise
+    # mode 600, whole or not at all: the tar is closed (its gzip trailer written) before the file is synced
+    with durable_file(out, prefix=".labs-", suffix=".part") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        for kind in ("submitted", "feedback"):
+            if (store / kind).is_dir():
+                tar.add(store / kind, arcname=f"store/{kind}")
+        if has_gradebook:
+            with tempfile.TemporaryDirectory() as tmp:
+                _gradebook_copy(course / GRADEBOOK, Path(tmp) / GRADEBOOK)
+                tar.add(Path(tmp) / GRADEBOOK, arcname=GRADEBOOK)
+        index = json.dumps({"hand_ins": hand_ins, "gradebook": has_gradebook}).encode()
+        info = tarfile.TarInfo("index.json")
+        info.size, info.mtime = len(index), int(datetime.now(UTC).timestamp())
+        tar.addfile(info, io.BytesIO(index))
     print(
         f"backed up {len(hand_ins)} hand-in(s)"
         + (" and the gradebook" if has_gradebook else " (no gradebook yet)")

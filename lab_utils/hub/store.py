@@ -33,16 +33,19 @@ disk's free space would fall below :attr:`Store.min_free` (507, which says so).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime, timedelta
 from hashlib import sha256
 from pathlib import Path
+from typing import BinaryIO
 
 from ..grading.late import DueFile
 
@@ -164,13 +167,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_durable(path: Path, data: bytes) -> None:
-    """``data`` as ``path``, on disk before this returns: a temporary file written and synced,
-    renamed into place, and its folder synced."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
+@contextlib.contextmanager
+def durable_file(path: Path, prefix: str = ".incoming-", suffix: str = "") -> Iterator[BinaryIO]:
+    """A new file (mode 600) beside ``path`` to write in the block; when the block ends it is
+    synced, renamed to ``path`` and its folder synced: on disk, whole, before the block's
+    next line. If the block raises, it is removed and ``path`` is untouched."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -178,6 +183,12 @@ def _write_durable(path: Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _write_durable(path: Path, data: bytes) -> None:
+    """``data`` as ``path``, on disk before this returns (:func:`durable_file`)."""
+    with durable_file(path) as f:
+        f.write(data)
 
 
 def _disk_full(exc: OSError) -> HandInError:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lab_utils import checks
 from lab_utils.cluster.hosts import is_local
 from lab_utils.display import is_headless
 from lab_utils.metrics.sampler import METRICS, ROLES, Row, Sampler, TaskSource, validate_interval
@@ -78,8 +79,7 @@ class Monitor:
         sampler: Sampler | None = None,
     ):
         self.interval = validate_interval(interval)
-        if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 2:
-            raise ValueError(f"max_samples must be an integer >= 2, got {max_samples!r}")
+        checks.count("max_samples", max_samples, low=2)
         if tasks is not None and cluster is not None:
             raise ValueError("give either tasks= or cluster=, not both")
         self.cluster = cluster

@@ -32,7 +32,7 @@ process). ``python -m lab_utils.training.allreduce`` and ``... .towers`` run a
 package's task.
 
 A package's attributes are its *front* module's, imported on first use: ``ps.train_worker``
-is ``ps.task``'s, ``netexp.run`` is ``netexp.runs``' (see :mod:`lab_utils.training._exports`).
+is ``ps.task``'s, ``netexp.run_netexp`` is ``netexp.runs``' (see :mod:`lab_utils.training._exports`).
 
 The generic layers (cluster, metrics, data, report, plots, ...) never import this
 package. Importing a module here does not import TensorFlow.

@@ -3,7 +3,7 @@
 A technique package (``ps``, ``allreduce``, ...) imports nothing when it is imported.
 An attribute is a submodule (``ps.runs``) or, failing that, a name of the package's
 *front* module: the one its students' own code calls (``ps.train_worker`` is
-``ps.task.train_worker``; ``netexp.run`` is ``netexp.runs.run``). So a training script
+``ps.task.train_worker``; ``netexp.run_netexp`` is ``netexp.runs.run_netexp``). So a training script
 never imports the kernel side, and a notebook never imports the task side by accident.
 (PEP 562's module ``__getattr__``.)
 """

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 
 import psutil
 
+from lab_utils import checks
+
 __all__ = ["KINDS", "Tier", "configure", "expectation", "nvidia_gpus", "watch_memory"]
 
 KINDS = ("auto", "gpu", "cpu")
@@ -155,8 +157,7 @@ def configure(n: int, kind: str = "auto", memory_limit_mb: int | None = None) ->
     """Set up ``n`` devices of the best tier ``kind`` allows ("auto": GPUs when there are
     any, else the CPU) and return the :class:`Tier`. Call once, before TensorFlow has
     created a device (RuntimeError otherwise: restart the process)."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"devices must be an int >= 1, got {n!r}")
+    checks.count("devices", n)
     if kind not in KINDS:
         raise ValueError(f"unknown device kind {kind!r}; choose one of {KINDS}")
     if memory_limit_mb is not None and memory_limit_mb < 1:

@@ -4,10 +4,11 @@
   names it and says where its log is (every ``run_*`` calls it);
 - :func:`step_events`: the ``step`` events of a finished job as a frame;
 - :func:`horovod_job`: the ``horovodrun`` job of a data-parallel run;
-- :class:`Run`: the fields, ``repr()`` and display every run's result shares;
+- :class:`Run`: the fields, ``repr()`` and display every run's result shares, and the six
+  questions every run kind answers (:data:`ANSWERS`), the only ones tables and notebooks ask;
 - :class:`TrainRun` and :func:`finish_run`: what a data-parallel run reported (one
   result per rank); Lab 6's ``CompressionRun`` extends it;
-- :func:`sweep`: an experiment's runs, one line each, as a table;
+- :func:`sweep_modes`: an experiment's runs, one line each, as a table;
 - :func:`run_ranks`: one run of mpi4py ranks, one per emulated host (Lab 4's PS against
   ring, Lab 6's hybrid);
 - :func:`one_result`: the result of a one-task job (Lab 5's device runs and checks);
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lab_utils import checks
 from lab_utils.cluster import MPIJob, netem
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.options import keyword_options
@@ -91,10 +93,10 @@ def every_task_reported(results: Mapping[str, Any], tasks: Iterable[str], run_di
     return [results[t] for t in tasks]
 
 
-def one_result(job: Any, label: str) -> dict:
-    """The result of a finished one-task ``job`` (:func:`every_task_reported`, naming ``label``)."""
-    results = list(job.results().values())
-    return every_task_reported(dict(zip([label], results, strict=False)), [label], job.run_dir)[0]
+def one_result(job: Any) -> dict:
+    """The result of a finished one-task ``job`` (:func:`every_task_reported`, naming its task)."""
+    (task,) = (t.name for t in job.tasks)
+    return every_task_reported(job.results(), [task], job.run_dir)[0]
 
 
 def step_events(job: Any) -> pd.DataFrame:
@@ -103,15 +105,47 @@ def step_events(job: Any) -> pd.DataFrame:
     return pd.DataFrame(columns=STEP_COLUMNS) if events.empty else events
 
 
+#: What every run kind answers, whatever its technique; tables and notebooks read only these:
+#:
+#: - ``size``: the workers, ranks, devices or stages that trained;
+#: - ``method``: its name in tables ("PS (sync)", "horovod (gloo)", "towers", "ZeRO stage 1"...);
+#: - ``accuracy``: the final test accuracy (NaN where the run measures none);
+#: - ``examples_per_sec``: the whole run's training examples per second (NaN where none);
+#: - ``step_time``: seconds per training step (NaN where none);
+#: - ``bytes_per_step()``: the network bytes the whole run's tasks sent per step, each byte once
+#:   (a ``ValueError`` that says why where the run counted none, ``monitor=True`` say).
+ANSWERS = ("size", "method", "accuracy", "examples_per_sec", "step_time", "bytes_per_step")
+
+
+def _answered_below_run(cls: type, name: str) -> bool:
+    """Whether a class between ``cls`` and :class:`Run` defines ``name`` (or declares it a field)."""
+    return any(
+        name in vars(k) or name in vars(k).get("__annotations__", {}) for k in cls.__mro__[: cls.__mro__.index(Run)]
+    )
+
+
+def median_step_time(events: pd.DataFrame) -> float:
+    """The slowest task's median time between its consecutive ``step`` events (its first step,
+    a warm-up, left out): a run's step time from its events alone; NaN under two steps."""
+    medians = []
+    for _, part in events.groupby("task"):
+        gaps = part.sort_values("step")["time"].diff().dropna()
+        if len(gaps):
+            medians.append(float(gaps.median()))
+    return max(medians) if medians else float("nan")
+
+
 @dataclass(kw_only=True, repr=False)
 class Run:
     """What every launched run reported, whatever its technique: its ``label``, the tasks'
     ``step`` events, the wall time from launch to the last exit, the ``args`` it ran with,
     its run directory and its monitor (None unless ``monitor=True``).
 
-    A subclass adds what its technique measured and says it in one line, :meth:`describe`;
-    ``repr()`` and the notebook's display are built from that line (plus
-    :meth:`details_html`, a table say)."""
+    Every subclass answers :data:`ANSWERS` (``size``, ``method``, ``accuracy``,
+    ``examples_per_sec``, ``step_time``, ``bytes_per_step()``): one that leaves one out is a
+    ``TypeError`` where it is defined. It adds what its technique measured and says it in
+    one line, :meth:`describe`; ``repr()`` and the notebook's display are built from that
+    line (plus :meth:`details_html`, a table say)."""
 
     label: str
     events: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS))
@@ -119,6 +153,19 @@ class Run:
     args: dict = field(default_factory=dict)
     run_dir: str | None = None
     monitor: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [name for name in ANSWERS if not _answered_below_run(cls, name)]
+        if missing:
+            raise TypeError(f"{cls.__name__} must answer {', '.join(missing)} (lab_utils.training.runs.ANSWERS)")
+
+    def monitored_bytes(self) -> float:
+        """Every byte the run's tasks wrote to the network, from its monitor: host-level on
+        loopback (each byte once), the sum of the tasks' links on emulated hosts."""
+        if self.monitor is None:
+            raise ValueError(f"{self.label}: run with monitor=True to count bytes")
+        return float(self.monitor.summary().loc["total", "Network W"])
 
     def describe(self) -> str:
         """What ran and what it measured, in one line."""
@@ -166,8 +213,18 @@ class TrainRun(Run):
         return self.results.get("rank:0") or next(iter(self.results.values()))
 
     @property
+    def size(self) -> int:
+        return self.ranks
+
+    @property
     def accuracy(self) -> float:
         return float(self._rank0()["accuracy"])
+
+    @property
+    def step_time(self) -> float:
+        """Seconds per timed training step on rank 0 (warm-up and evaluations excluded)."""
+        r = self._rank0()
+        return float(r["train_time"]) / int(r["local_steps"])
 
     @property
     def batch_size(self) -> int:
@@ -183,13 +240,10 @@ class TrainRun(Run):
     def weights(self) -> list[np.ndarray]:
         return saved_weights(self)
 
-    def bytes_per_step(self) -> dict:
-        """Host-level network bytes (loopback included) per training step, from the monitor."""
-        if self.monitor is None:
-            raise ValueError(f"{self.label}: run with monitor=True to count bytes")
-        total = self.monitor.summary().loc["total"]
-        steps = int(self._rank0()["steps"])
-        return {"read": total["Network R"] / steps, "write": total["Network W"] / steps, "steps": steps}
+    def bytes_per_step(self) -> float:
+        """Host-level network bytes written (loopback included) per training step, the whole
+        run's (start-up included) over its steps (the warm-up step included), from the monitor."""
+        return self.monitored_bytes() / int(self._rank0()["steps"])
 
     def describe(self) -> str:
         return (
@@ -263,14 +317,59 @@ def finish_run(
     )
 
 
-def sweep(run: Callable[..., dict], runs: Iterable[tuple[str, int]], say: Callable[[dict], str], **kwargs: Any):
+@dataclass(kw_only=True, repr=False)
+class RanksRun(Run):
+    """One run of :func:`run_ranks` (Lab 4's and Lab 6's experiments, :mod:`~lab_utils.training.netexp`
+    and :mod:`~lab_utils.training.hybrid`): its ``row`` of the experiment's table (``mode``, ``workers``,
+    ``network``, ``step_s``, ``examples_per_s``, the links' MB per step and the technique's own
+    columns), its ``trace`` (the timeline's file) and, on emulated hosts, every host's link bytes
+    sent per step."""
+
+    row: dict
+    trace: str | None = None
+    sent_per_step: float | None = None  # emulated hosts: every link's bytes sent, per step
+    accuracy = float("nan")  # the experiments time steps; they test no model
+
+    @property
+    def size(self) -> int:
+        return int(self.row["workers"])
+
+    @property
+    def method(self) -> str:
+        return str(self.row["mode"])
+
+    @property
+    def examples_per_sec(self) -> float:
+        return float(self.row["examples_per_s"])
+
+    @property
+    def step_time(self) -> float:
+        """The slowest worker's (a synchronous step ends with it)."""
+        return float(self.row["step_s"])
+
+    def bytes_per_step(self) -> float:
+        if self.sent_per_step is None:
+            raise ValueError(f"{self.label}: on loopback, no link counts its bytes (run on emulated hosts)")
+        return self.sent_per_step
+
+    def describe(self) -> str:
+        return (
+            f"{self.method}, {self.size} worker(s), {self.row['network']}, {self.step_time:.3f} s per step, "
+            f"{self.examples_per_sec:,.1f} examples/s"
+        )
+
+
+def sweep_modes(
+    run: Callable[..., RanksRun], runs: Iterable[tuple[str, int]], say: Callable[[dict], str], **kwargs: Any
+):
     """``run(mode, workers, **kwargs)`` for each ``(mode, workers)`` of ``runs``, one line
     (``say(row)``) as each ends: the table of their rows (Lab 4's and Lab 6's experiments)."""
     rows, traces = [], {}
     for mode, workers in runs:
-        row = run(mode, workers, **kwargs)
+        done = run(mode, workers, **kwargs)
+        row = dict(done.row)
         print(f"{mode:>9} with {workers} worker(s): {say(row)} ({row['network']})", flush=True)
-        traces[(mode, workers)] = row.pop("trace", None)
+        traces[(mode, workers)] = done.trace
         rows.append(row)
     table = pd.DataFrame(rows)
     table.attrs["traces"] = traces  # (mode, workers) -> its trace.json: experiment_timelines()
@@ -278,7 +377,7 @@ def sweep(run: Callable[..., dict], runs: Iterable[tuple[str, int]], say: Callab
 
 
 def experiment_timelines(table: pd.DataFrame, workers: int | None = None) -> dict:
-    """``{mode: Timeline}`` of an experiment's runs (:func:`sweep`'s table) with ``workers``
+    """``{mode: Timeline}`` of an experiment's runs (:func:`sweep_modes`'s table) with ``workers``
     workers (default: the most it ran), each labelled with its mode, workers and network."""
     from lab_utils import timeline
 
@@ -308,16 +407,15 @@ def run_ranks(
     memory_per_rank: int,
     options: LaunchOptions,
     name: str,
-) -> tuple[dict, list[dict], list[dict]]:
+) -> tuple[RanksRun, list[dict], list[dict]]:
     """One experiment run, one mpi4py rank per emulated host (a PS rank first when
     ``has_ps``): checked, launched with mpirun (Open MPI's ring for MPI_Allreduce when
-    ``ring``), waited for. Returns ``(row, worker results, PS results)``; the row holds
+    ``ring``), waited for. Returns ``(run, worker results, PS results)``; the run's row holds
     what every experiment reports: ``mode``, ``workers``, ``emulated``, ``network``,
     ``step_s`` (the slowest worker's), ``examples_per_s`` (all workers) and, from the
     links' counters over ``steps`` steps, ``ps_mb_per_step`` and ``worker_mb_per_step``
     (where emulated only). :mod:`lab_utils.training.netexp` and :mod:`lab_utils.training.hybrid` run their modes with it."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    checks.count("workers", workers)
     spec = netem.host_per_rank(hosts)
     job = MPIJob(
         np=workers + has_ps,
@@ -332,6 +430,7 @@ def run_ranks(
         progress=options.progress,
         name=name,
     )
+    t0 = time.monotonic()
     with job:
         results = job.wait()
     done = [r for r in results.values() if r.get("role") == "worker"]
@@ -346,9 +445,19 @@ def run_ranks(
         "step_s": max(r["step_s"] for r in done),  # a synchronous step ends with its slowest worker
         "examples_per_s": sum(r["examples_per_s"] for r in done),
     }
-    row["trace"] = str(job.timeline.path) if job.timeline is not None else None  # sweep() keeps it aside
+    sent = None
     if job.emulated:
         traffic = job.network.mb_per_step(steps)
         row["ps_mb_per_step"] = traffic[0] if has_ps else None
         row["worker_mb_per_step"] = statistics.mean(traffic[i] for i in range(has_ps, workers + has_ps))
-    return row, done, ps
+        sent = sum(c["sent"] for c in job.network.counters().values()) / steps
+    run = RanksRun(
+        label=f"{mode}, {workers} worker(s)",
+        wall_time=time.monotonic() - t0,
+        args=dict(args),
+        run_dir=str(job.run_dir),
+        row=row,
+        trace=str(job.timeline.path) if job.timeline is not None else None,
+        sent_per_step=sent,
+    )
+    return run, done, ps

@@ -1,7 +1,8 @@
 """The speedup table every scaling experiment ends with (kernel side), written once.
 
-:func:`scaling_table` takes any runs with ``examples_per_sec`` and a size (``ranks``,
-or a PS run's ``workers``): Lab 4's all-reduce and PS runs, Lab 5's device runs.
+:func:`scaling_table` takes any runs: it reads what every run answers (its ``method``,
+``size`` and ``examples_per_sec``: :data:`lab_utils.training.runs.ANSWERS`), Lab 4's
+all-reduce and PS runs and Lab 5's device runs alike.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ COLUMNS = ["method", "workers", "examples/s", "speedup", "efficiency", "oversubs
 
 
 def _row(run: Any, labels: Mapping[str, str]) -> dict:
-    method = getattr(run, "method", None) or f"PS ({run.mode})"
-    n = getattr(run, "ranks", None) or run.workers
-    processes = n + (1 if method.startswith("PS") else 0)  # the PS task is a process too
+    processes = run.size + (1 if run.method.startswith("PS") else 0)  # the PS task is a process too
     return {
-        "method": labels.get(method, method),
-        "workers": n,
+        "method": labels.get(run.method, run.method),
+        "workers": run.size,
         "examples/s": run.examples_per_sec,
         "processes": processes,
     }

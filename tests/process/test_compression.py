@@ -27,7 +27,7 @@ MLP = [784 * 1024, 1024, 1024 * 10, 10]  # the task's default MLP, its tensors' 
 
 def test_every_method_trains_and_both_ranks_end_with_the_same_weights():
     runs = {
-        m: compression_runs.run(
+        m: compression_runs.run_compression(
             m, 2, steps=8, student=REFERENCE, args={"eval_every": 4}, save_weights=True, progress=False
         )
         for m in compression.METHODS
@@ -59,7 +59,9 @@ def test_every_method_trains_and_both_ranks_end_with_the_same_weights():
 )
 def test_on_100mbit_links_compressed_steps_are_shorter_and_the_links_carry_what_is_counted():
     none, topk = (
-        compression_runs.run(m, 2, hosts="emulated:bandwidth=100mbit", steps=5, student=REFERENCE, progress=False)
+        compression_runs.run_compression(
+            m, 2, hosts="emulated:bandwidth=100mbit", steps=5, student=REFERENCE, progress=False
+        )
         for m in ("none", "topk")
     )
     # Each run's own namespaces are gone (others' emulated tests may run beside this one).

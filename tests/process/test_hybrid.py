@@ -34,7 +34,8 @@ def no_network_left():
 
 def test_every_mode_trains_the_same_model_locally(no_network_left):
     """About 35 s: three runs of 2 workers (plus a PS), 4 steps each, over loopback."""
-    rows = {mode: hybrid.run(mode, 2, hosts="local", steps=3, warmup=1, timeout=120) for mode in hybrid.MODES}
+    runs = {mode: hybrid.run_hybrid(mode, 2, hosts="local", steps=3, warmup=1, timeout=120) for mode in hybrid.MODES}
+    rows = {mode: run.row for mode, run in runs.items()}
     for mode, row in rows.items():
         assert row["emulated"] is False and row["ps_mb_per_step"] is None
         assert row["step_s"] > 0 and row["examples_per_s"] > 0
@@ -52,12 +53,12 @@ def test_every_mode_trains_the_same_model_locally(no_network_left):
     assert rows["allreduce"]["ps_task_mb"] is None
     # Each run's timeline: a track per rank (the PS's too); a PS or hybrid worker's parts (pull,
     # forward/backward, allreduce, apply, push) tile the step it timed itself
-    for mode, row in rows.items():
-        tl = timeline.load(row["trace"])
+    for mode, run in runs.items():
+        tl = timeline.load(run.trace)
         sec = timelines.check(tl, {}, tasks=[f"rank:{r}" for r in range(2 + (mode != "allreduce"))])
         if mode != "allreduce":  # Horovod's all-reduce inside the gradient tape: one bar
             timed = sum(
-                e["seconds"] for e in report.read_events(Path(row["trace"]).parent / "ranks" / "rank-1.jsonl", "step")
+                e["seconds"] for e in report.read_events(Path(run.trace).parent / "ranks" / "rank-1.jsonl", "step")
             )
             assert sum(sec["rank:1"][c] for c in ("compute", "comm", "wait")) == pytest.approx(timed, rel=0.05), mode
             assert sec["rank:1"]["comm"] > 0 and sec["rank:1"]["compute"] > 0, (mode, sec)
@@ -67,7 +68,8 @@ def test_every_mode_trains_the_same_model_locally(no_network_left):
 def test_on_slow_links_hybrid_beats_allreduce_and_spares_the_ps(no_network_left):
     """About 45 s: the three modes with 2 workers on 100 Mbit/s links, 3 steps each."""
     rows = {
-        mode: hybrid.run(mode, 2, hosts="emulated:100mbit", steps=2, warmup=1, timeout=120) for mode in hybrid.MODES
+        mode: hybrid.run_hybrid(mode, 2, hosts="emulated:100mbit", steps=2, warmup=1, timeout=120).row
+        for mode in hybrid.MODES
     }
     assert all(row["emulated"] for row in rows.values())
     hyb, ar, ps = rows["hybrid"], rows["allreduce"], rows["ps"]

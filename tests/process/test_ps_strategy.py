@@ -15,7 +15,7 @@ import pytest
 from lab_utils.cluster import GUARD_MEMORY_BYTES, TF_TASK_MEMORY_BYTES, ClusterError, TFCluster
 from lab_utils.data import load_mnist, target_accuracy
 from lab_utils.training.ps import runs as ps_runs
-from lab_utils.training.ps import strategy_runs as ps_strategy_runs
+from lab_utils.training.ps.strategy import runs as ps_strategy_runs
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fixtures" / "cluster_task.py")
 SMALL = 50 * 1024**2  # memory_per_task for the stand-in

@@ -114,7 +114,7 @@ def test_out_of_memory_is_a_row_and_the_sweep_goes_on(run_root):
     # Growth of the process past its start of training (AlexNet-cifar, width 0.25, 2 towers): about
     # 90 MB at batch 4 per device, 400 MB at 512, 780 MB at 1024. (At width 1.0 even batch 4 grows
     # about 290 MB, half of it the final evaluation, so a 300 MB device fits no batch there.)
-    runs = towers_runs.sweep(
+    runs = towers_runs.sweep_devices(
         [1024, 4],  # the OOM first: the next run must still happen
         [2],
         "towers",

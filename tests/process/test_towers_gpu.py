@@ -75,7 +75,7 @@ def test_mixed_precision_on_one_gpu_reports_bfloat16_and_gpu_measurements(tf_gpu
 
 def test_a_batch_too_large_for_the_gpu_is_an_oom_row(tf_gpus):
     """AlexNet-224 needs ~0.7 GB for weights, gradients and momentum alone: 512 MB cannot hold it at batch 256."""
-    runs = towers_runs.sweep(
+    runs = towers_runs.sweep_devices(
         [256],
         [1],
         "single",

@@ -139,12 +139,12 @@ def test_busbw_table_uses_the_given_byte_count():
 
 
 def _run(method, n, eps):
-    return SimpleNamespace(method=method, ranks=n, examples_per_sec=eps)
+    return SimpleNamespace(method=method, size=n, examples_per_sec=eps)
 
 
 def test_scaling_table_speedup_efficiency_and_oversubscription(monkeypatch):
     monkeypatch.setattr(tables, "usable_cores", lambda: 2)
-    ps = [SimpleNamespace(mode="sync", workers=n, examples_per_sec=e) for n, e in ((1, 100.0), (2, 150.0))]
+    ps = [SimpleNamespace(method="PS (sync)", size=n, examples_per_sec=e) for n, e in ((1, 100.0), (2, 150.0))]
     t = allreduce_runs.scaling_table([_run("horovod (gloo)", 1, 100.0), _run("horovod (gloo)", 2, 180.0), *ps])
     hvd = t[t["method"] == "horovod (gloo)"].set_index("workers")
     assert hvd.loc[2, "speedup"] == pytest.approx(1.8) and hvd.loc[2, "efficiency"] == pytest.approx(0.9)
@@ -191,7 +191,7 @@ def test_timeline_summary_counts_parallel_tensors_once(tmp_path, unfinished):
     run = allreduce_runs.TrainRun(
         "horovod (gloo)",
         2,
-        {"rank:0": {"steps": 3, "warmup_steps": 1, "train_time": 0.010, "accuracy": 0.9}},
+        {"rank:0": {"steps": 3, "warmup_steps": 1, "local_steps": 2, "train_time": 0.010, "accuracy": 0.9}},
         label="x",
         wall_time=1.0,
         timeline_path=str(path),

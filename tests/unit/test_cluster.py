@@ -36,7 +36,7 @@ def no_processes(refuse_processes):
         (dict(ps=1, workers=2, script="no_such_train.py"), "not found"),
         (dict(ps=1, workers=2, hosts=["a", "b"]), "one entry per task"),
         (dict(ps=1, workers=2, hosts="a,b,c"), "hosts must be .local., .emulated"),
-        (dict(ps=1, workers=2, ready_timeout=0), "ready_timeout must be a positive"),
+        (dict(ps=1, workers=2, ready_timeout=0), "ready_timeout must be a number of seconds > 0"),
         (dict(ps=1, workers=2, start_retries=0), "start_retries"),
     ],
 )

@@ -298,7 +298,7 @@ def test_load_compressors_names_what_is_missing(tmp_path):
 )
 def test_run_refuses_bad_input_before_launching(refuse_processes, method, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        compression_runs.run(method, 2, progress=False, **kwargs)
+        compression_runs.run_compression(method, 2, progress=False, **kwargs)
 
 
 ONEBIT_FORGETS = """
@@ -376,7 +376,8 @@ def fake_run(method: str, bytes_per_step: int, seconds_per_step: float) -> compr
             for task in ("rank:0", "rank:1")
         ]
     )
-    result = {"accuracy": 0.8, "steps": 30, "train_time": 30 * seconds_per_step, "bytes_per_step": bytes_per_step}
+    result = {"accuracy": 0.8, "steps": 30, "local_steps": 30, "train_time": 30 * seconds_per_step}
+    result["bytes_per_step"] = bytes_per_step
     result |= {"batch_size": 60, "examples": 1800}
     return compression_runs.CompressionRun(
         label=method,

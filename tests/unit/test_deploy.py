@@ -303,7 +303,7 @@ def _lost(lab: str, available: int, cores: int) -> list[str]:
         got = ps_runs.fit_workers(want, available=available, cores=cores)
         lost += [f"1 PS + {want} workers: {got} fit"] if got != want else []
         if lab == "02_ps_async":  # the TF2 aside: a chief, 1 PS and 2 workers
-            from lab_utils.training.ps import strategy_runs as ps_strategy_runs
+            from lab_utils.training.ps.strategy import runs as ps_strategy_runs
 
             try:
                 tf2 = ps_strategy_runs.fit_strategy_workers(2, available=available)

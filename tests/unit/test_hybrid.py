@@ -3,6 +3,8 @@ accounting, and how a run's row is made from the ranks' results and the link cou
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -35,7 +37,7 @@ SMALL = hybrid_task.Settings(batch_size=64, users=500, items=2000, dim=8, hidden
 def test_run_refuses_bad_arguments_before_launching(kwargs, match, monkeypatch):
     monkeypatch.setattr(training_runs, "MPIJob", None)  # nothing may launch
     with pytest.raises(ValueError, match=match):
-        hybrid.run(**kwargs)
+        hybrid.run_hybrid(**kwargs)
 
 
 def test_experiment_refuses_unknown_modes():
@@ -148,11 +150,12 @@ class _FakeNetwork:
 
 
 class _FakeJob:
-    """What hybrid.run reads from an MPIJob: wait() -> results, .network, .emulated."""
+    """What hybrid.run_hybrid reads from an MPIJob: wait() -> results, .network, .emulated."""
 
     made: list[_FakeJob] = []
     emulated = True
     timeline = None  # no trace written
+    run_dir = "/nowhere"
 
     def __init__(self, np, script, args, **kwargs):
         self.np, self.args, self.kwargs = np, args, kwargs
@@ -185,7 +188,8 @@ class _FakeJob:
 
 def test_a_runs_row_from_the_ranks_results_and_the_link_counters(monkeypatch):
     monkeypatch.setattr(training_runs, "MPIJob", _FakeJob)
-    row = hybrid.run("hybrid", 2, hosts="emulated:100mbit", steps=3, warmup=1)
+    run = hybrid.run_hybrid("hybrid", 2, hosts="emulated:100mbit", steps=3, warmup=1)
+    row = run.row
     job = _FakeJob.made[-1]
     assert job.np == 3  # a PS and two workers
     assert job.args["mode"] == "hybrid" and job.args["steps"] == 3
@@ -198,6 +202,9 @@ def test_a_runs_row_from_the_ranks_results_and_the_link_counters(monkeypatch):
     assert row["ps_mb_per_step"] == pytest.approx(5.0)
     assert row["worker_mb_per_step"] == pytest.approx(8.75)
     assert row["emulated"] is True and row["network"] == "100mbit links"
+    # what every run answers: the row's figures, and every link's bytes sent (10 + 20 + 30 MB over 4 steps)
+    assert (run.size, run.method, run.step_time, run.examples_per_sec) == (2, "hybrid", row["step_s"], 1024.0)
+    assert run.bytes_per_step() == pytest.approx(15e6) and math.isnan(run.accuracy)
 
 
 def test_an_incomplete_run_is_an_error(monkeypatch):
@@ -207,7 +214,7 @@ def test_an_incomplete_run_is_an_error(monkeypatch):
 
     monkeypatch.setattr(training_runs, "MPIJob", Lost)
     with pytest.raises(RuntimeError, match="hybrid with 2 workers: not every rank reported"):
-        hybrid.run("hybrid", 2, hosts="local")
+        hybrid.run_hybrid("hybrid", 2, hosts="local")
 
 
 def test_each_mode_is_checked_with_its_own_measured_rank_memory(monkeypatch):
@@ -215,9 +222,9 @@ def test_each_mode_is_checked_with_its_own_measured_rank_memory(monkeypatch):
     for mode in hybrid.MODES:
         if mode == "allreduce":  # the fake job's results hold a PS: the run refuses them, after launching
             with pytest.raises(RuntimeError, match="not every rank reported"):
-                hybrid.run(mode, 2, hosts="emulated:100mbit")
+                hybrid.run_hybrid(mode, 2, hosts="emulated:100mbit")
         else:
-            hybrid.run(mode, 2, hosts="emulated:100mbit")
+            hybrid.run_hybrid(mode, 2, hosts="emulated:100mbit")
         assert _FakeJob.made[-1].kwargs["memory_per_rank"] == hybrid.RANK_MEMORY_BYTES[mode]
     assert hybrid.RANK_MEMORY_BYTES["allreduce"] > hybrid.RANK_MEMORY_BYTES["hybrid"] >= hybrid.RANK_MEMORY_BYTES["ps"]
 
@@ -249,7 +256,7 @@ def test_fit_workers_refuses_when_nothing_fits_or_the_sizes_are_bad():
     ):
         hybrid.fit_workers([2, 4], available=900 * hybrid.MB)
     for bad in ([], [0], [True], ["2"]):
-        with pytest.raises(ValueError, match="workers must be counts >= 1"):
+        with pytest.raises(ValueError, match="workers must be a non-empty list of integers >= 1"):
             hybrid.fit_workers(bad, available=10**12)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lab_utils.cluster import TFCluster, netem, userns
+from lab_utils.training.runs import RanksRun
 
 
 @pytest.mark.parametrize(
@@ -119,23 +120,20 @@ def test_netexp_speedups_are_over_each_mode_s_own_smallest_run(monkeypatch):
     rates = {("ps", 1): 50.0, ("ps", 4): 100.0, ("allreduce", 1): 60.0, ("allreduce", 4): 180.0}
     monkeypatch.setattr(
         netexp,
-        "run",
-        lambda mode, w, **kw: {
-            "mode": mode,
-            "workers": w,
-            "examples_per_s": rates[(mode, w)],
-            "step_s": 1.0,
-            "network": "test",
-        },
+        "run_netexp",
+        lambda mode, w, **kw: RanksRun(
+            label=mode,
+            row={"mode": mode, "workers": w, "examples_per_s": rates[(mode, w)], "step_s": 1.0, "network": "test"},
+        ),
     )
     table = netexp.experiment(workers=(1, 4)).set_index(["mode", "workers"])
     assert table.loc[("ps", 4), "speedup"] == 2.0 and table.loc[("allreduce", 4), "speedup"] == 3.0
     assert table.loc[("ps", 4), "ideal"] == 4.0
     monkeypatch.undo()
     with pytest.raises(ValueError, match="mode must be one of"):
-        netexp.run("gossip", 2)
+        netexp.run_netexp("gossip", 2)
     with pytest.raises(ValueError, match="workers must be an integer"):
-        netexp.run("ps", 0)
+        netexp.run_netexp("ps", 0)
 
 
 # ---- real hosts: hostfile and Slurm (what can be checked without the machines)
@@ -293,9 +291,10 @@ def test_where_no_links_can_be_made_netexp_shows_the_shipped_reference_labelled(
 
     def fake(mode, w, hosts=None, **kw):
         seen.append(hosts)
-        return {"mode": mode, "workers": w, "examples_per_s": rates[(mode, w)], "step_s": 1.0, "network": "loopback"}
+        row = {"mode": mode, "workers": w, "examples_per_s": rates[(mode, w)], "step_s": 1.0, "network": "loopback"}
+        return RanksRun(label=mode, row=row)
 
-    monkeypatch.setattr(netexp, "run", fake)
+    monkeypatch.setattr(netexp, "run_netexp", fake)
     table = netexp.experiment(workers=(1, 4), hosts="emulated:100mbit")
     out = capsys.readouterr().out
     assert seen == [None] * 4  # the runs themselves are on loopback

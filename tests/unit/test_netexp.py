@@ -12,6 +12,7 @@ import pytest
 from lab_utils.training import runs as training_runs
 from lab_utils.training.netexp import runs as netexp
 from lab_utils.training.netexp import task as netexp_task
+from lab_utils.training.runs import RanksRun
 
 
 @pytest.mark.parametrize(
@@ -27,7 +28,7 @@ from lab_utils.training.netexp import task as netexp_task
 def test_run_refuses_bad_sizes_before_launching(kwargs, match, monkeypatch):
     monkeypatch.setattr(training_runs, "MPIJob", None)  # nothing may launch
     with pytest.raises(ValueError, match=match):
-        netexp.run(hosts="local", **kwargs)
+        netexp.run_netexp(hosts="local", **kwargs)
 
 
 def test_the_task_parses_without_mpi():
@@ -85,9 +86,10 @@ def _fake_runs(monkeypatch, seen):
     def fake(mode, w, hosts=None, mb=None, compute_s=None, steps=None):
         seen.append((mode, w, round(mb, 6), round(compute_s, 6)))
         step = compute_s + (2 * w if mode == "ps" else 2 * (w - 1) / w) * mb * 8e6 / 1e8
-        return {"mode": mode, "workers": w, "examples_per_s": 64 * w / step, "step_s": step, "network": "fake"}
+        row = {"mode": mode, "workers": w, "examples_per_s": 64 * w / step, "step_s": step, "network": "fake"}
+        return RanksRun(label=mode, row=row)
 
-    monkeypatch.setattr(netexp, "run", fake)
+    monkeypatch.setattr(netexp, "run_netexp", fake)
 
 
 def test_models_runs_each_model_s_step_at_the_fewest_and_most_workers(monkeypatch, capsys):
@@ -120,7 +122,7 @@ def test_models_without_links_run_nothing_and_show_the_labelled_reference(hosts,
     from lab_utils.cluster import netem
 
     monkeypatch.setattr(netem, "unavailable_reason", lambda: "user namespaces are off here")
-    monkeypatch.setattr(netexp, "run", None)  # nothing may run
+    monkeypatch.setattr(netexp, "run_netexp", None)  # nothing may run
     table = netexp.models(["AlexNet", "ResNet50", "VGG16"], hosts=hosts)
     out = capsys.readouterr().out
     assert "Model sizes need links" in out and "so nothing ran" in out and out.count("\n") == 1 + (hosts != "local")

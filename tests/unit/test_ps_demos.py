@@ -77,8 +77,8 @@ def _run(tasks, killed=None, watched_for=20.0):
         if o.phase is not None:
             o.phase = {**o.phase, "time": launched + o.phase["time"]}
     return ps_demos.WatchedRun(
-        "TensorFlow's defaults",
-        {o.task: o for o in tasks},
+        label="TensorFlow's defaults",
+        tasks={o.task: o for o in tasks},
         target=100,
         deadline=10.0,
         launched=launched,

@@ -12,10 +12,10 @@ import types
 
 import pytest
 
-from lab_utils.training.ps import hand as ps_hand
-from lab_utils.training.ps import hand_runs as ps_hand_runs
 from lab_utils.training.ps import runs as ps_runs
-from lab_utils.training.ps.hand import TwoTasksError, check_cluster, check_tf_config, parse_flags
+from lab_utils.training.ps.hand import runs as ps_hand_runs
+from lab_utils.training.ps.hand import task as ps_hand
+from lab_utils.training.ps.hand.task import TwoTasksError, check_cluster, check_tf_config, parse_flags
 
 
 @pytest.fixture(autouse=True)

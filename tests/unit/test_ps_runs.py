@@ -65,7 +65,7 @@ def test_a_sweep_keeps_the_sizes_that_fit_and_says_which_it_leaves_out(capsys):
     with pytest.raises(ResourceError, match="no size of this sweep fits: 1 PS \\+ 1 worker need"):
         ps_runs.fit_sweep([1, 2], available=PS_TASK)
     for bad in ([], [0, 1], [1.5], [True]):
-        with pytest.raises(ValueError, match="worker counts"):
+        with pytest.raises(ValueError, match="sizes must be a non-empty list of integers"):
             ps_runs.fit_sweep(bad, available=room)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from lab_utils.cluster import ResourceError, TFCluster, task_config
 from lab_utils.training.ps import runs as ps_runs
-from lab_utils.training.ps import strategy as ps_strategy
+from lab_utils.training.ps.strategy import task as ps_strategy
 
 SCRIPT = str(Path(__file__).resolve().parents[1] / "fixtures" / "cluster_task.py")
 
@@ -110,7 +110,7 @@ def test_run_ps_strategy_refuses_bad_input_before_starting_anything(kwargs, matc
 
 
 def test_fit_strategy_workers_scales_down_to_what_fits_and_says_so(capsys):
-    from lab_utils.training.ps.strategy_runs import fit_strategy_workers, strategy_memory
+    from lab_utils.training.ps.strategy.runs import fit_strategy_workers, strategy_memory
 
     assert fit_strategy_workers(2, available=strategy_memory(2)) == 2
     assert capsys.readouterr().out == ""
@@ -181,7 +181,7 @@ def test_a_one_cpu_session_still_gets_two_interop_threads():
     """Under Binder's 1-CPU quota the launcher sizes TensorFlow's pools to 1; a worker of a
     ParameterServerStrategy cluster then deadlocked on its reads from the PS (every task idle
     until the launcher's timeout). Its tasks raise the inter-op pool to 2 before TensorFlow starts."""
-    from lab_utils.training.ps import strategy as ps_strategy
+    from lab_utils.training.ps.strategy import task as ps_strategy
 
     env = {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1"}
     ps_strategy.enough_interop_threads(env)

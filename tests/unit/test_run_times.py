@@ -63,12 +63,19 @@ def test_only_a_finished_full_run_is_a_labs_time(entry, why):
         run_times.update({"labs": {}}, {"labs": {"02_ps_async": entry}})
 
 
-def test_the_target_margin_of_a_spread_of_accuracies():
-    """bench/bench_target_margin.py's arithmetic: the margin in standard deviations, the chance a
-    run misses the target, and the target an honest run misses one time in 1,000."""
+def _bench_target_margin(monkeypatch):
+    """bench/bench_target_margin.py as a module (it imports its neighbour json_out, as a script does)."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location("margin", ROOT / "bench" / "bench_target_margin.py")
     margin = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(margin)
+    return margin
+
+
+def test_the_target_margin_of_a_spread_of_accuracies(monkeypatch):
+    """bench/bench_target_margin.py's arithmetic: the margin in standard deviations, the chance a
+    run misses the target, and the target an honest run misses one time in 1,000."""
+    margin = _bench_target_margin(monkeypatch)
     s = margin.summary([0.88, 0.86, 0.84, 0.87, 0.85], target=0.85)
     assert s["mean"] == 0.86 and abs(s["sd"] - 0.0158) < 1e-4 and s["missed"] == 1
     assert abs(s["margin_sd"] - 0.63) < 0.01 and 0.2 < s["miss_chance"] < 0.3
@@ -81,13 +88,11 @@ def test_the_target_margin_of_a_spread_of_accuracies():
     assert row.endswith("| 0.85 | ∞ | 0 of 2 | 0.900 |")
 
 
-def test_the_target_margins_in_grading_readme_are_the_measured_ones():
+def test_the_target_margins_in_grading_readme_are_the_measured_ones(monkeypatch):
     """grading/README.md's table of accuracy margins is bench_target_margin.py --table of
     grading/target_margins.json, and every target a test checks held in every measured run
     but the one the README names as the reason for a change."""
-    spec = importlib.util.spec_from_file_location("margin", ROOT / "bench" / "bench_target_margin.py")
-    margin = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(margin)
+    margin = _bench_target_margin(monkeypatch)
     runs = json.loads((ROOT / "grading" / "target_margins.json").read_text())["runs"]
     block = re.search(
         r"<!-- target-margins -->\n(.*?)\n<!-- /target-margins -->", (ROOT / "grading" / "README.md").read_text(), re.S

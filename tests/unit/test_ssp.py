@@ -10,8 +10,8 @@ import pytest
 
 from lab_utils.grading import reference_script
 from lab_utils.training import ps
+from lab_utils.training.ps import clocks as ssp
 from lab_utils.training.ps import runs as ps_runs
-from lab_utils.training.ssp import clocks as ssp
 from lab_utils.training.ssp import runs as ssp_runs
 
 REFERENCE = reference_script("06_communication", "train_ssp.py")  # the instructor notebook's
@@ -414,11 +414,13 @@ def test_sweep_checks_every_bound_before_running(monkeypatch):
     launched = []
     monkeypatch.setattr(ssp_runs, "run_ps", lambda script, **kw: launched.append(kw) or kw)
     with pytest.raises(ValueError, match="staleness must be"):
-        ssp_runs.sweep("train_ssp.py", [0, "soon"])
+        ssp_runs.sweep_bounds("train_ssp.py", [0, "soon"])
     with pytest.raises(ValueError, match="each bound once"):
-        ssp_runs.sweep("train_ssp.py", [1, "1"])
+        ssp_runs.sweep_bounds("train_ssp.py", [1, "1"])
     assert launched == []
-    out = ssp_runs.sweep("train_ssp.py", [0, -1], args={"steps": 10, "straggler": "worker:1=30ms"}, monitor=False)
+    out = ssp_runs.sweep_bounds(
+        "train_ssp.py", [0, -1], args={"steps": 10, "straggler": "worker:1=30ms"}, monitor=False
+    )
     assert list(out) == [0, math.inf]
     assert [kw["args"]["staleness"] for kw in launched] == [0, "inf"]
     assert launched[1]["label"] == "SSP s=∞, straggler worker:1=30ms" and launched[1]["monitor"] is False

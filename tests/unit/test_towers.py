@@ -141,8 +141,8 @@ def test_parse_args_exits_2_with_the_reason(tmp_path, monkeypatch, capsys, argv,
             FileNotFoundError,
             "run the notebook's `%%writefile no_such_towers.py` cell first",
         ),
-        (lambda: towers_runs.sweep([], [1, 2]), ValueError, "at least one batch size"),
-        (lambda: towers_runs.sweep([8], []), ValueError, "at least one batch size"),
+        (lambda: towers_runs.sweep_devices([], [1, 2]), ValueError, "at least one batch size"),
+        (lambda: towers_runs.sweep_devices([8], []), ValueError, "at least one batch size"),
     ],
 )
 def test_bad_runs_fail_before_any_process_starts(refuse_processes, call, error, match):
@@ -220,11 +220,11 @@ def test_a_run_s_hang_guard_is_sized_to_its_work():
 
 def test_device_run_properties_and_repr():
     run = _run("towers", 2, 32, 640.0)
-    assert (run.ranks, run.oom, run.global_batch, run.tier) == (2, False, 64, "logical-cpu")
-    assert run.examples_per_sec == pytest.approx(640.0) and run.s_per_batch == pytest.approx(0.1)
+    assert (run.size, run.oom, run.global_batch, run.tier) == (2, False, 64, "logical-cpu")
+    assert run.examples_per_sec == pytest.approx(640.0) and run.step_time == pytest.approx(0.1)
     assert run.accuracy == pytest.approx(0.2) and "640 examples/s" in repr(run)
     oom = _run("towers", 2, 512, oom=True)
-    assert oom.oom and math.isnan(oom.examples_per_sec) and math.isnan(oom.s_per_batch)
+    assert oom.oom and math.isnan(oom.examples_per_sec) and math.isnan(oom.step_time)
     assert "OUT OF MEMORY" in repr(oom) and "300 MB" in repr(oom)
     with pytest.raises(ValueError, match="ran out of memory"):
         towers_runs.DeviceRun("towers", 2, oom.result, label="x", wall_time=1.0, weights_path="w.npz").weights()
@@ -325,8 +325,8 @@ def test_tier_describe_and_as_dict():
 @pytest.mark.parametrize(
     "kw,match",
     [
-        ({"n": 0}, "devices must be an int >= 1"),
-        ({"n": True}, "devices must be an int >= 1"),
+        ({"n": 0}, "devices must be an integer >= 1"),
+        ({"n": True}, "devices must be an integer >= 1"),
         ({"n": 2, "kind": "tpu"}, "unknown device kind 'tpu'"),
         ({"n": 2, "memory_limit_mb": 0}, "memory_limit_mb must be >= 1"),
     ],

@@ -14,7 +14,7 @@ def test_a_package_answers_its_front_module_s_names_and_its_submodules():
     from lab_utils.training.ps import graph, task
 
     assert ps.train_worker is task.train_worker and ps.PSGraph is graph.PSGraph
-    assert netexp.run is netexp_runs.run  # netexp's front is its notebook side
+    assert netexp.run_netexp is netexp_runs.run_netexp  # netexp's front is its notebook side
     assert ps.runs.__name__ == "lab_utils.training.ps.runs"
     assert "train_worker" in dir(ps)
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab_utils import report
+from lab_utils import checks, report
 from lab_utils.training.student import student_function
 
 __all__ = [
@@ -183,7 +183,7 @@ def _check(args, comm) -> None:
 # ----------------------------------------------------------------------------- bus bandwidth
 
 
-def _timed(fn, comm, repeats: int) -> float:
+def slowest_rank_seconds(fn, comm, repeats: int) -> float:
     """Median over ``repeats`` of the slowest rank's time of ``fn()`` (one warm-up first)."""
     from mpi4py import MPI
 
@@ -209,10 +209,10 @@ def _busbw(args, comm) -> None:
         out = np.empty_like(x)
         repeats = args.repeats if nbytes >= 1 << 20 else max(args.repeats, 20)
         row = {"bytes": int(x.nbytes), "np": size}
-        row["mpi_s"] = _timed(lambda: comm.Allreduce(x, out, op=MPI.SUM), comm, repeats)  # noqa: B023
+        row["mpi_s"] = slowest_rank_seconds(lambda: comm.Allreduce(x, out, op=MPI.SUM), comm, repeats)  # noqa: B023
         if ring is not None:
-            row["ring_s"] = _timed(lambda: ring(comm, x), comm, repeats)  # noqa: B023
-        row["memcpy_s"] = _timed(lambda: np.copyto(out, x), comm, repeats)  # noqa: B023
+            row["ring_s"] = slowest_rank_seconds(lambda: ring(comm, x), comm, repeats)  # noqa: B023
+        row["memcpy_s"] = slowest_rank_seconds(lambda: np.copyto(out, x), comm, repeats)  # noqa: B023
         rows.append(row)
         if comm.Get_rank() == 0:
             report.step(len(rows), 0, bytes=row["bytes"])
@@ -225,17 +225,14 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="compare ring_allreduce with MPI's Allreduce")
     check.add_argument("--ring", required=True)
-    check.add_argument("--sizes", type=int, nargs="+", required=True)
+    check.add_argument("--sizes", type=checks.at_least(0), nargs="+", required=True)
     check.add_argument("--dtypes", nargs="+", choices=DTYPES, default=["int64", "float32"])
     check.add_argument("--seed", type=int, default=0)
     bw = sub.add_parser("busbw", help="bus bandwidth of ring_allreduce, MPI's Allreduce and memcpy")
     bw.add_argument("--ring", default=None)
-    bw.add_argument("--sizes", type=int, nargs="+", required=True, help="message sizes in bytes")
+    bw.add_argument("--sizes", type=checks.at_least(0), nargs="+", required=True, help="message sizes in bytes")
     bw.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
-    bad = [s for s in args.sizes if s < 0]
-    if bad:
-        p.error(f"sizes must be >= 0, got {bad}")
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,8 @@ __all__ = [
     "run_mwms",
     "weights_table",
     "timeline_summary",
+    "show_step_times",
+    "wire_table",
     "scaling_table",
     "plot_scaling",
 ]
@@ -389,9 +391,8 @@ def timeline_summary(run: TrainRun | str | os.PathLike) -> pd.DataFrame:
         rows.append({"activity": name, "seconds": _covered(kept), "cycles": per_tensor - ("ALLREDUCE" in name)})
     rows.sort(key=lambda row: -row["seconds"])
     if isinstance(run, TrainRun):
-        r0 = run._rank0()
-        steps = int(r0["steps"]) - int(r0.get("warmup_steps", 0))
-        step_ms = float(r0["train_time"]) / steps * 1e3
+        step_ms = run.step_time * 1e3
+        steps = int(run.results["rank:0"]["local_steps"])
         rows = [row for row in rows if "ALLREDUCE" in row["activity"]]
         for row in rows:
             row["per step (ms)"] = row["seconds"] / steps * 1e3
@@ -402,6 +403,36 @@ def timeline_summary(run: TrainRun | str | os.PathLike) -> pd.DataFrame:
         for row in rows:
             row["share of a step"] = row["per step (ms)"] / step_ms
     return pd.DataFrame(rows).set_index("activity")
+
+
+def show_step_times(runs: Iterable[TrainRun]) -> None:
+    """Each run's milliseconds per step, then its :func:`timeline_summary` (Part B)."""
+    from IPython.display import display
+
+    for run in runs:
+        print(f"{run.label}: {1e3 * run.step_time:.2f} ms per step")
+        display(timeline_summary(run))
+
+
+def wire_table(runs: Iterable[Any], traffic_per_step: Callable[[int, int], dict], nbytes: int) -> pd.DataFrame:
+    """One row per run (Part C): the network bytes it wrote per step (``bytes_per_step()``:
+    run with ``monitor=True``) beside the theory from ``traffic_per_step(nbytes, n)`` (Part A's
+    exercise) for a gradient of ``nbytes``: ``n`` ranks' ``ring_per_rank`` for an all-reduce,
+    ``ps_server`` plus ``n`` workers' ``ps_worker`` for a PS."""
+    rows = []
+    for run in runs:
+        t = traffic_per_step(nbytes, run.size)
+        ps = run.method.startswith("PS")
+        theory = t["ps_server"] + run.size * t["ps_worker"] if ps else run.size * t["ring_per_rank"]
+        rows.append(
+            {
+                "run": run.label,
+                "workers": run.size,
+                "loopback bytes written per step": run.bytes_per_step(),
+                "theory": theory,
+            }
+        )
+    return pd.DataFrame(rows).set_index("run")
 
 
 # ----------------------------------------------------------------------------- Part D

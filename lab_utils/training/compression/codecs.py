@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from lab_utils import checks
+
 __all__ = [
     "METHODS",
     "STUDENT_FUNCTIONS",
@@ -92,12 +94,6 @@ def checked_method(method: str) -> str:
     return method
 
 
-def _int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
 def student_needs(method: str) -> str:
     """What the student's ``compressors.py`` must define for ``method``, in words:
     ``"topk(grad, k, error)"``; ``"onebit(grad, error) and onebit_decompress(signs, scale)"``."""
@@ -137,7 +133,7 @@ def topk_decompress(indices: Any, values: Any, shape: int | Sequence[int]) -> np
 
 def topk_count(n: int, ratio: float) -> int:
     """Entries kept of a tensor of ``n``: ``ratio x n`` rounded, at least 1 (Lab 6's ``--ratio``)."""
-    n = _int("n", n, 1)
+    n = checks.count("n", n)
     if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0 < ratio <= 1:
         raise ValueError(f"ratio must be a fraction in (0, 1], got {ratio!r}")
     return max(1, min(n, round(ratio * n)))
@@ -148,9 +144,9 @@ def topk_count(n: int, ratio: float) -> int:
 
 def _sizes(n_params: int | Sequence[int]) -> list[int]:
     if isinstance(n_params, (int, np.integer)) and not isinstance(n_params, bool):
-        return [_int("n_params", n_params, 1)]
+        return [checks.count("n_params", n_params)]
     try:
-        sizes = [_int("each tensor's size", n, 1) for n in n_params]
+        sizes = [checks.count("each tensor's size", n) for n in n_params]
     except TypeError:
         raise ValueError(f"n_params must be an int or a sequence of tensor sizes, got {n_params!r}") from None
     if not sizes:
@@ -172,7 +168,7 @@ def message_bytes(method: str, n_params: int | Sequence[int], k: int | None = No
     if method == "topk":
         if k is None:
             raise ValueError("topk needs k, the entries kept per step (over all tensors)")
-        k = _int("k", k, 1)
+        k = checks.count("k", k)
         if k > sum(sizes):
             raise ValueError(f"k must be at most the parameter count {sum(sizes)}, got {k}")
         return _ENTRY_BYTES["topk"] * k
@@ -188,7 +184,7 @@ def wire_bytes(method: str, n_params: int | Sequence[int], k: int | None = None,
     each rank sends ``N - 1`` messages' worth (directly or forwarded along a ring):
     it grows with N, and at some N compression stops paying. One rank sends nothing.
     See :func:`message_bytes` for a message."""
-    ranks = _int("ranks", ranks, 1)
+    ranks = checks.count("ranks", ranks)
     size = message_bytes(method, n_params, k)
     if method in ("none", "fp16"):
         return round(2 * (ranks - 1) * size / ranks)

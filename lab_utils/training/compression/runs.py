@@ -3,12 +3,12 @@
 ::
 
     from lab_utils.training.compression import runs as compression_runs
-    runs = [compression_runs.run(m, 2, hosts="emulated:bandwidth=100mbit", steps=200, student="compressors.py")
+    runs = [compression_runs.run_compression(m, 2, hosts="emulated:bandwidth=100mbit", steps=200, student="compressors.py")
             for m in ("none", "fp16", "onebit", "topk")]
     display(compression_runs.summary(runs))
     compression_runs.plot(runs)
 
-Each :func:`run` is ``horovodrun`` (MPI controller by default, the one that runs on
+Each :func:`run_compression` is ``horovodrun`` (MPI controller by default, the one that runs on
 emulated hosts too) of :mod:`lab_utils.training.compression.task` on ``np`` ranks, and
 returns a :class:`CompressionRun`: Lab 4's :class:`~.allreduce_runs.TrainRun` plus the
 method, the accuracy curve (:meth:`CompressionRun.curve`), the step time, the bytes a
@@ -39,14 +39,14 @@ from lab_utils.training.compression.codecs import METHODS, STUDENT_FUNCTIONS, Er
 from lab_utils.training.runs import LaunchOptions, TrainRun, finish_run, horovod_job, takes_launch_options
 from lab_utils.training.weights import load_weights_file
 
-__all__ = ["CompressionRun", "check_student", "run", "summary", "plot"]
+__all__ = ["CompressionRun", "check_student", "run_compression", "summary", "plot"]
 
 _TASK = "-m lab_utils.training.compression.task"
 
 
 @dataclass(repr=False)
 class CompressionRun(TrainRun):
-    """One :func:`run`: a :class:`TrainRun` with the compression method and its network."""
+    """One :func:`run_compression`: a :class:`TrainRun` with the compression method and its network."""
 
     compression: str = "none"
     network: str = "loopback (not emulated)"
@@ -59,14 +59,16 @@ class CompressionRun(TrainRun):
         return int(self._rank0()["steps"])
 
     @property
-    def step_time(self) -> float:
-        """Seconds per training step on rank 0 (warm-up and evaluations excluded)."""
-        return float(self._rank0()["train_time"]) / self.steps
-
-    @property
     def wire_bytes_per_step(self) -> int:
         """Bytes one rank sends per step (:func:`~lab_utils.training.compression.wire_bytes`)."""
         return int(self._rank0()["bytes_per_step"])
+
+    def bytes_per_step(self) -> float:
+        """Every rank's link bytes per timed step where emulated (each host's own counter);
+        on loopback the monitor's (:meth:`TrainRun.bytes_per_step`)."""
+        if self.link_bytes_per_step is not None:
+            return self.link_bytes_per_step * self.ranks
+        return super().bytes_per_step()
 
     def curve(self) -> pd.DataFrame:
         """Rank 0's test accuracy at each evaluation: ``step``, ``train_s`` (seconds of
@@ -118,7 +120,7 @@ def check_student(student: str | os.PathLike, method: str) -> None:
 
 
 @takes_launch_options()
-def run(
+def run_compression(
     method: str,
     np: int = 2,
     *,

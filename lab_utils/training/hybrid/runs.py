@@ -43,13 +43,14 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from lab_utils import checks
 from lab_utils.cluster import netem
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training.hybrid import settings as hybrid_settings
-from lab_utils.training.runs import LaunchOptions, run_ranks, sweep, takes_launch_options
+from lab_utils.training.runs import LaunchOptions, RanksRun, run_ranks, sweep_modes, takes_launch_options
 from lab_utils.training.runs import experiment_timelines as timelines  # noqa: F401 (the package's name)
 
-__all__ = ["MODES", "RANK_MEMORY_BYTES", "fit_workers", "variables", "worker_bytes", "run", "experiment", "plot"]
+__all__ = ["MODES", "RANK_MEMORY_BYTES", "fit_workers", "variables", "worker_bytes", "run_hybrid", "experiment", "plot"]
 
 MODES = hybrid_settings.MODES
 MB = 1024**2
@@ -78,7 +79,7 @@ def variables(unique_rows: float, **settings: Any) -> list[dict]:
 
 
 def worker_bytes(row: Any) -> float:
-    """Bytes one worker sent and received per step in a run's row (:func:`run`): its host's link
+    """Bytes one worker sent and received per step in a run's row (:func:`run_hybrid`): its host's link
     counters where emulated, else the task's own count from its message sizes."""
     link = row.get("worker_mb_per_step")
     if link is not None and link == link:  # not None, not NaN
@@ -100,9 +101,7 @@ def fit_workers(workers: Sequence[int], modes: Sequence[str] = MODES, *, availab
     from lab_utils.cluster import nothing_fits
     from lab_utils.resources import available_memory_bytes
 
-    workers = list(workers)
-    if not workers or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in workers):
-        raise ValueError(f"workers must be counts >= 1, got {workers!r}")
+    workers = checks.counts("workers", workers)
     avail = available_memory_bytes() if available is None else available
 
     def need(w: int) -> tuple[int, str]:
@@ -143,7 +142,7 @@ def _task_args(mode: str, steps: int, warmup: int, batch_size: int, settings: di
 
 
 @takes_launch_options(timeout=300.0, progress=False)
-def run(
+def run_hybrid(
     mode: str,
     workers: int,
     *,
@@ -153,13 +152,13 @@ def run(
     batch_size: int = 256,
     options: LaunchOptions,
     **settings: Any,
-) -> dict:
+) -> RanksRun:
     """One run of ``mode`` with ``workers`` workers (and a PS rank for ``ps`` and ``hybrid``),
     one rank per emulated host (``hosts``: an :func:`~lab_utils.cluster.emulated` spec or its
     string, ``"local"`` for loopback). ``settings``: more of the task's settings (``users``,
     ``items``, ``dim``, ``hidden``, ``learning_rate``, ``embedding_learning_rate``, ``seed``).
 
-    Returns one row: ``step_s`` (the slowest worker's median step), ``examples_per_s`` (all
+    Returns a :class:`~lab_utils.training.runs.RanksRun` whose row holds ``step_s`` (the slowest worker's median step), ``examples_per_s`` (all
     workers), ``loss_start`` / ``loss_end``, the task's own count per worker and step
     (``sparse_mb``, ``dense_mb``, sent + received) and the PS's (``ps_task_mb``), and where
     emulated, the link counters: ``ps_mb_per_step`` (the PS's host), ``worker_mb_per_step``
@@ -167,7 +166,7 @@ def run(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     has_ps = mode != "allreduce"
-    row, done, ps = run_ranks(
+    out, done, ps = run_ranks(
         "-m lab_utils.training.hybrid.task",
         _task_args(mode, steps, warmup, batch_size, settings),
         mode=mode,
@@ -181,6 +180,7 @@ def run(
         name=f"hybrid-{mode}-{workers}",
     )
     mean = lambda key: statistics.mean(r[key] for r in done)  # noqa: E731
+    row = out.row
     row.setdefault("ps_mb_per_step", None)  # the table has its link columns even where not emulated
     row.setdefault("worker_mb_per_step", None)
     row.update(
@@ -191,7 +191,7 @@ def run(
         dense_mb=(mean("dense_sent_per_step") + mean("dense_received_per_step")) / 1e6,
         ps_task_mb=(ps[0]["sent_per_step"] + ps[0]["received_per_step"]) / 1e6 if ps else None,
     )
-    return row
+    return out
 
 
 def _say(row: dict) -> str:
@@ -201,7 +201,7 @@ def _say(row: dict) -> str:
 
 def experiment(workers: Sequence[int] = (2, 4), modes: Sequence[str] = MODES, **kwargs: Any):
     """Every mode at every worker count that fits here (same model, data and links; see
-    :func:`fit_workers`): a pandas table of :func:`run`'s rows plus ``vs_allreduce``, each
+    :func:`fit_workers`): a pandas table of :func:`run_hybrid`'s rows plus ``vs_allreduce``, each
     run's throughput over all-reduce's with as many workers (when ``allreduce`` is among
     the modes)."""
     bad = [m for m in modes if m not in MODES]
@@ -210,7 +210,7 @@ def experiment(workers: Sequence[int] = (2, 4), modes: Sequence[str] = MODES, **
     spec = netem.spec_or_local(kwargs.pop("hosts", "emulated:100mbit"))  # the fallback line once, not per run
     workers = fit_workers(workers, modes)
     runs = [(mode, w) for w in workers for mode in modes]
-    table = sweep(run, runs, _say, hosts=spec, **kwargs)
+    table = sweep_modes(run_hybrid, runs, _say, hosts=spec, **kwargs)
     if "allreduce" in modes:
         ring = table[table["mode"] == "allreduce"].set_index("workers")["examples_per_s"]
         table["vs_allreduce"] = table["examples_per_s"] / table["workers"].map(ring)

@@ -1,6 +1,6 @@
 """Lab 6's task side of "the Parallax idea": sparse variables through a parameter server,
 dense variables through all-reduce. One MPI rank; ``mpirun`` starts every rank
-(:func:`lab_utils.training.hybrid.run` does it for the notebook)::
+(:func:`lab_utils.training.hybrid.run_hybrid` does it for the notebook)::
 
     mpirun -np 3 python -m lab_utils.training.hybrid.task --mode hybrid --steps 10
 

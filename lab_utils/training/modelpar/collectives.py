@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab_utils import report
+from lab_utils import checks, report
 from lab_utils.training.allreduce.ring_check import DTYPES, case_input, run_case
 from lab_utils.training.modelpar.shards import shard_bounds, shard_counts
 from lab_utils.training.student import student_function
@@ -106,14 +106,11 @@ def _check(args, comm) -> list[dict]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--file", required=True, help="the student's collectives.py")
-    p.add_argument("--sizes", type=int, nargs="+", required=True)
+    p.add_argument("--sizes", type=checks.at_least(0), nargs="+", required=True)
     p.add_argument("--dtypes", nargs="+", choices=DTYPES, default=["int64", "float32"])
     p.add_argument("--operations", nargs="+", choices=OPERATIONS, default=list(OPERATIONS))
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    bad = [s for s in args.sizes if s < 0]
-    if bad:
-        p.error(f"sizes must be >= 0, got {bad}")
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

@@ -20,18 +20,16 @@ repeats). The kernel side is :func:`lab_utils.training.modelpar.runs.probe_link`
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-from lab_utils import report
+from lab_utils import checks, report
+from lab_utils.training.allreduce.ring_check import slowest_rank_seconds
 
 
 def ring_step_seconds(comm, size: int, repeats: int, one_way: bool = False) -> float:
     """The median over ``repeats`` of the slowest rank's time for one ring step of ``size``
     bytes (``one_way``: for rank 0's message to rank 1 alone)."""
-    from mpi4py import MPI
-
     rank, n = comm.Get_rank(), comm.Get_size()
     right, left = (rank + 1) % n, (rank - 1) % n
     send = np.full(size, rank % 251, dtype=np.uint8)
@@ -45,26 +43,18 @@ def ring_step_seconds(comm, size: int, repeats: int, one_way: bool = False) -> f
         elif rank == 1:
             comm.Recv(recv, source=0)
 
-    step()  # the connection's first use, untimed
-    times = []
-    for _ in range(repeats):
-        comm.Barrier()
-        began = time.perf_counter()
-        step()
-        times.append(comm.allreduce(time.perf_counter() - began, op=MPI.MAX))
+    seconds = slowest_rank_seconds(step, comm, repeats)  # the connection's first use untimed
     if (rank == 1 if one_way else n > 1) and recv[0] != left % 251:
         raise RuntimeError(f"rank {rank}: the step delivered {recv[0]}, not rank {left}'s bytes")
-    return float(np.median(times))
+    return seconds
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=int, nargs="+", required=True, help="message sizes in bytes")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--sizes", type=checks.at_least(1), nargs="+", required=True, help="message sizes in bytes")
+    p.add_argument("--repeats", type=checks.at_least(1), default=5)
     p.add_argument("--one-way", action="store_true", help="rank 0 sends to rank 1 alone")
     args = p.parse_args(argv)
-    if min(args.sizes) < 1 or args.repeats < 1:
-        p.error(f"sizes and repeats must be >= 1, got {args.sizes} and {args.repeats}")
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

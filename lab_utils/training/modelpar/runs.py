@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lab_utils import checks
 from lab_utils.cluster import MPIJob, new_run_dir
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training.modelpar.choice_runs import fit_link
-from lab_utils.training.runs import LaunchOptions, Run, every_task_reported, takes_launch_options
+from lab_utils.training.runs import LaunchOptions, Run, every_task_reported, median_step_time, takes_launch_options
 from lab_utils.training.weights import max_difference
 
 __all__ = [
@@ -137,6 +138,30 @@ class ZeroRun(Run):
     def params(self) -> int:
         return int(self.result["params"])
 
+    @property
+    def size(self) -> int:
+        return self.ranks
+
+    @property
+    def method(self) -> str:
+        return "plain data parallelism" if self.stage == 0 else f"ZeRO stage {self.stage}"
+
+    @property
+    def accuracy(self) -> float:
+        return float(self.result["accuracy"])
+
+    @property
+    def step_time(self) -> float:
+        return median_step_time(self.events)
+
+    @property
+    def examples_per_sec(self) -> float:
+        return self.ranks * int(self.args["batch_size"]) / self.step_time
+
+    def bytes_per_step(self) -> float:
+        """Every rank's bytes sent per step, as each counted them."""
+        return float(sum(self.result["bytes_sent"])) / int(self.args["steps"])
+
     def weights(self) -> np.ndarray:
         with np.load(self.weights_path) as f:
             return f["params"]
@@ -146,9 +171,8 @@ class ZeroRun(Run):
         return int(max(self.result["state_bytes"]))
 
     def describe(self) -> str:
-        what = "plain data parallelism" if self.stage == 0 else f"ZeRO stage {self.stage}"
         return (
-            f"{what}, {self.ranks} rank(s), {self.params:,} parameters, optimizer state "
+            f"{self.method}, {self.ranks} rank(s), {self.params:,} parameters, optimizer state "
             f"{self.state_bytes() / MB:.2f} MB per rank, accuracy {self.result['accuracy']:.4f}, {self.wall_time:.1f} s"
         )
 
@@ -295,6 +319,27 @@ class PipelineRun(Run):
     results: dict
     weights_dir: str
 
+    accuracy = float("nan")  # the pipeline's check is its weights against one process's
+
+    @property
+    def size(self) -> int:
+        return self.stages
+
+    @property
+    def method(self) -> str:
+        return "one process" if self.stages == 1 else "pipeline (GPipe)"
+
+    @property
+    def step_time(self) -> float:
+        return median_step_time(self.events)
+
+    @property
+    def examples_per_sec(self) -> float:
+        return int(self.args["batch_size"]) / self.step_time
+
+    def bytes_per_step(self) -> float:
+        raise ValueError(f"{self.label}: a pipeline run counts no bytes")
+
     def weights(self) -> list[np.ndarray]:
         """Every layer's weights and biases, first stage first."""
         out = []
@@ -352,8 +397,7 @@ def run_pipeline(
     takes its share. ``hosts``: as :func:`run_zero` takes it."""
     if pipeline_file is None and stages != 1:
         raise ValueError("the reference (pipeline_file=None) is one process: stages=1")
-    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
-        raise ValueError(f"micro_batches must be an integer >= 1, got {micro_batches!r}")
+    checks.count("micro_batches", micro_batches)
     if batch_size % micro_batches:
         raise ValueError(f"micro_batches={micro_batches} must divide batch_size={batch_size}")
     args = ["--micro-batches", micro_batches, "--batch-size", batch_size, "--steps", steps]

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from lab_utils import checks
+
 __all__ = ["ADAM", "shard_bounds", "shard_counts", "adam_update", "array_bytes"]
 
 #: The lab's Adam: learning rate, betas, epsilon.
@@ -23,12 +25,9 @@ ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-7}
 
 def shard_counts(n: int, size: int) -> list[int]:
     """Values in each rank's shard of a vector of ``n`` values over ``size`` ranks."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"n must be an integer >= 0, got {n!r}")
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise ValueError(f"size must be an integer >= 1, got {size!r}")
-    base, extra = divmod(int(n), int(size))
-    return [base + (r < extra) for r in range(int(size))]
+    n, size = checks.count("n", n, low=0), checks.count("size", size)
+    base, extra = divmod(n, size)
+    return [base + (r < extra) for r in range(size)]
 
 
 def shard_bounds(n: int, size: int) -> list[tuple[int, int]]:

@@ -41,7 +41,7 @@ from lab_utils.cluster import netem
 from lab_utils.cluster.job import format_args
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training.netexp import task as netexp_task
-from lab_utils.training.runs import LaunchOptions, run_ranks, sweep, takes_launch_options
+from lab_utils.training.runs import LaunchOptions, RanksRun, run_ranks, sweep_modes, takes_launch_options
 from lab_utils.training.runs import experiment_timelines as timelines  # noqa: F401 (the package's name)
 
 MODES = ("ps", "allreduce")
@@ -53,7 +53,7 @@ RANK_MEMORY_BYTES = 200 * 1024**2
 
 
 @takes_launch_options(timeout=300.0, progress=False)
-def run(
+def run_netexp(
     mode: str,
     workers: int,
     *,
@@ -63,15 +63,16 @@ def run(
     warmup: int = 1,
     compute_s: float = 1.0,
     options: LaunchOptions,
-) -> dict:
+) -> RanksRun:
     """One run: ``workers`` workers (plus a PS host in ``ps`` mode), one rank per
     emulated host (``hosts``: an :func:`~lab_utils.cluster.emulated` spec or its string,
-    ``"local"`` for loopback). Returns throughput, step time and each role's bytes per step."""
+    ``"local"`` for loopback). Returns a :class:`~lab_utils.training.runs.RanksRun`: its row
+    holds the throughput, step time and each role's bytes per step."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     args = {"mode": mode, "mb": mb, "steps": steps, "warmup": warmup, "compute-s": compute_s}
     netexp_task.check_args(format_args(args))  # bad sizes raise ValueError here, not in the ranks' logs
-    row, done, _ = run_ranks(
+    out, done, _ = run_ranks(
         "-m lab_utils.training.netexp.task",
         args,
         mode=mode,
@@ -84,8 +85,8 @@ def run(
         options=options,
         name=f"netexp-{mode}-{workers}",
     )
-    row["gradient_mb"] = done[0]["gradient_bytes"] / 1e6
-    return row
+    out.row["gradient_mb"] = done[0]["gradient_bytes"] / 1e6
+    return out
 
 
 def experiment(
@@ -98,8 +99,8 @@ def experiment(
     hosts = kwargs.pop("hosts", "emulated:100mbit")
     spec = netem.spec_or_local(hosts)  # the fallback line once, not per run
     runs = [(mode, w) for mode in modes for w in workers]
-    table = sweep(
-        run,
+    table = sweep_modes(
+        run_netexp,
         runs,
         lambda r: f"{r['examples_per_s']:8.1f} examples/s, {r['step_s']:.2f} s per step",
         hosts=spec,
@@ -199,12 +200,12 @@ def model_step(
     tflops: float = REFERENCE_TFLOPS,
     reference_link: str = REFERENCE_LINK,
 ) -> dict:
-    """The step of :func:`run` that stands for one real training step of ``model`` (a name
+    """The step of :func:`run_netexp` that stands for one real training step of ``model`` (a name
     in :data:`MODELS`, or a :class:`Model`): on the reference, ``BATCH x PASSES x gflops /
     tflops`` seconds of computation, then ``mb`` MB of gradients over ``reference_link``.
     On the slower emulated ``link`` the bytes are cut by ``link / reference_link``, so that
     they take as long as the real ones; then both times are multiplied by ``scale``.
-    Returns ``mb`` and ``compute_s`` (for :func:`run`) and the real step's ``real_compute_s``,
+    Returns ``mb`` and ``compute_s`` (for :func:`run_netexp`) and the real step's ``real_compute_s``,
     ``real_send_s`` (one gradient over one link) and their ``ratio``."""
     if isinstance(model, str):
         if model not in MODELS:
@@ -274,7 +275,9 @@ def models(
         step = model_step(name, spec.bandwidth, scale, tflops=tflops, reference_link=reference_link)
         for mode in MODES:
             for w in (ws[0], ws[-1]):
-                row = run(mode, w, hosts=spec, mb=step["mb"], compute_s=step["compute_s"], steps=steps, **kwargs)
+                row = run_netexp(
+                    mode, w, hosts=spec, mb=step["mb"], compute_s=step["compute_s"], steps=steps, **kwargs
+                ).row
                 rows.append({"model": name, **row, "compute_s": step["compute_s"]})
         done = summarize(pd.DataFrame(rows[-4:]), steps_of).iloc[0]
         print(

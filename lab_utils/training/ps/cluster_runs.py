@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lab_utils import checks
 from lab_utils.cluster import (
     GUARD_MEMORY_BYTES,
     TF_TASK_MEMORY_BYTES,
@@ -80,8 +81,7 @@ def fit_workers(
     :func:`lab_utils.resources.available_memory_bytes`). Cores: at most
     :data:`WORKERS_PER_CORE` workers per usable core. Prints one line when it
     scales down; raises :class:`ResourceError` when not even one worker fits."""
-    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
-        raise ValueError(f"requested workers must be an integer >= 1, got {requested!r}")
+    checks.count("requested workers", requested)
     shared = _mapped_data(1, memory_per_task)  # counted once, with the PS
     per_worker = cluster_memory(1, 0, memory_per_task=memory_per_task) - shared
     fixed = cluster_memory(0, ps) + shared
@@ -117,9 +117,7 @@ def fit_sweep(
     2 GB holds 1 PS + 3 full-MNIST workers beside the kernel, not 4); raises
     :class:`ResourceError` when none fits. Cores are not counted: a sweep shows what happens
     past them (its oversubscribed points are marked)."""
-    sizes = list(sizes)
-    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
-        raise ValueError(f"sizes must be worker counts >= 1, got {sizes!r}")
+    sizes = checks.counts("sizes", sizes)
     avail = available_memory_bytes() if available is None else available
     keep = [n for n in sizes if cluster_memory(n, ps, memory_per_task=memory_per_task) <= avail]
     dropped = [n for n in sizes if n not in keep]

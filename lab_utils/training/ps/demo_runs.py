@@ -41,11 +41,12 @@ from typing import Any
 
 import pandas as pd
 
-from lab_utils import report
+from lab_utils import checks, report
 from lab_utils.cluster import TFCluster
 from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.cluster.process import signal_group, tail
 from lab_utils.training.ps.cluster_runs import ps_cluster
+from lab_utils.training.runs import Run
 
 __all__ = [
     "TaskOutcome",
@@ -116,23 +117,40 @@ def _outcome(task, launched: float, exit_code: int | None, exited_after: float |
     return out
 
 
-@dataclass
-class WatchedRun:
-    """One watched cluster run: each task's :class:`TaskOutcome` at the end of the watch."""
+@dataclass(kw_only=True, repr=False)
+class WatchedRun(Run):
+    """One watched cluster run: each task's :class:`TaskOutcome` at the end of the watch.
+    A watch shows how the tasks end, not how fast they trained: its accuracy, examples/s and
+    step time are NaN, and it counts no bytes."""
 
-    label: str
     tasks: dict[str, TaskOutcome]
     target: int
     deadline: float  # s after every server was up
     launched: float  # time.time() at the launch
     ready_after: float  # s from the launch until every server was up
     watched_for: float  # s from the launch until the watch ended (the deadline, or every worker gone)
-    run_dir: str
     killed: dict | None = None  # {"task", "global_step", "after"} when a worker was killed
     notes: list[str] = field(default_factory=list)
+    accuracy = examples_per_sec = step_time = float("nan")
 
     def workers(self) -> list[TaskOutcome]:
         return [o for o in self.tasks.values() if o.role == "worker"]
+
+    @property
+    def size(self) -> int:
+        return len(self.workers())
+
+    @property
+    def method(self) -> str:
+        """``PS (sync)`` or ``PS (async)``, as the tasks reported their mode (``PS`` before any did)."""
+        modes = {o.phase.get("mode") for o in self.tasks.values() if o.phase and o.phase.get("mode")}
+        return f"PS ({modes.pop()})" if len(modes) == 1 else "PS"
+
+    def bytes_per_step(self) -> float:
+        raise ValueError(f"{self.label}: a watched run counts no bytes (it shows how the tasks end)")
+
+    def describe(self) -> str:
+        return self.summary()
 
     def still_running(self) -> list[str]:
         """The workers still running when the watch ended (at the deadline)."""
@@ -257,19 +275,21 @@ def watch(
             time.sleep(POLL)  # a look at the tasks under a deadline, not a wait for readiness
         watched_for = time.time() - launched
         outcomes = {t.name: _outcome(t, launched, t.exit_code, exited.get(t.name)) for t in cluster.tasks}
-    run = WatchedRun(label, outcomes, target, deadline, launched, ready_after, watched_for, str(cluster.run_dir))
-    run.notes = list(cluster.notes)
-    return run
+    return WatchedRun(
+        label=label,
+        tasks=outcomes,
+        target=target,
+        deadline=deadline,
+        launched=launched,
+        ready_after=ready_after,
+        watched_for=watched_for,
+        wall_time=watched_for,
+        run_dir=str(cluster.run_dir),
+        notes=list(cluster.notes),
+    )
 
 
 # ----------------------------------------------------------------------------- argument checks
-
-
-def _positive(label: str, value: Any, integer: bool = False) -> None:
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or not value > 0:
-        kind = "an integer >= 1" if integer else "a number of seconds > 0"
-        raise ValueError(f"{label} must be {kind}, got {value!r}")
 
 
 def _run_args(args: Mapping[str, Any] | None, steps: int, **extra: Any) -> dict:
@@ -338,10 +358,10 @@ def shutdown_hang_demo(
     ``args``: more of the script's options (``batch_size``, ``seed``...). Returns a
     :class:`HangDemo`. Bounded: two start-ups, ``deadline`` + ``fixed_deadline`` at most, two
     stops; nothing is left running."""
-    _positive("workers", workers, integer=True)
-    _positive("steps", steps, integer=True)
-    _positive("deadline", deadline)
-    _positive("fixed_deadline", fixed_deadline)
+    checks.count("workers", workers)
+    checks.count("steps", steps)
+    checks.seconds("deadline", deadline)
+    checks.seconds("fixed_deadline", fixed_deadline)
     fixed = (
         ("course settings", script)
         if fixed_script is None
@@ -429,18 +449,18 @@ def worker_failure_demo(
     global step ``steps``. Each run is watched until every worker has exited, at most
     ``deadline`` s after start-up. Returns a :class:`FailureDemo`: per task its last global
     step, state, exit code and the first line of its error. Nothing is left running."""
-    _positive("workers", workers, integer=True)
+    checks.count("workers", workers)
     if workers < 2:
         raise ValueError(f"a worker failure needs workers >= 2 (one to kill, one to watch), got {workers}")
     names = [f"worker:{i}" for i in range(workers)]
     if kill not in names:
         raise ValueError(f"kill must be one of {names}, got {kill!r}")
-    _positive("at_step", at_step, integer=True)
-    _positive("steps", steps, integer=True)
+    checks.count("at_step", at_step)
+    checks.count("steps", steps)
     if at_step >= steps:
         raise ValueError(f"at_step must be below steps (the run must still be going), got {at_step} >= {steps}")
-    _positive("step_timeout", step_timeout)
-    _positive("deadline", deadline)
+    checks.seconds("step_timeout", step_timeout)
+    checks.seconds("deadline", deadline)
     if deadline <= step_timeout:
         raise ValueError(f"deadline must be longer than step_timeout, got {deadline} <= {step_timeout}")
     run_args = _run_args(args, steps, step_timeout=step_timeout)

@@ -21,8 +21,8 @@ killed worker does (:func:`shutdown_hang_demo`, :func:`worker_failure_demo`, fro
 :mod:`lab_utils.training.ps.demo_runs`).
 
 Lab 2 also starts a cluster *by hand* before ``run_ps`` takes over (:func:`run_two_tasks`,
-:mod:`lab_utils.training.ps.hand_runs`) and shows TF2's ``ParameterServerStrategy``
-(:func:`run_ps_strategy`, :mod:`lab_utils.training.ps.strategy_runs`).
+:mod:`lab_utils.training.ps.hand.runs`) and shows TF2's ``ParameterServerStrategy``
+(:func:`run_ps_strategy`, :mod:`lab_utils.training.ps.strategy.runs`).
 
 Before a run, :func:`fit_workers` scales the worker count to what this machine
 allows; :func:`inspect_graph` builds a student's ``build_graph`` out of the kernel
@@ -49,8 +49,8 @@ from lab_utils.cluster.netem import EmulatedHosts
 from lab_utils.training import loop
 from lab_utils.training.ps.cluster_runs import cluster_memory, fit_sweep, fit_workers, ps_cluster, task_memory
 from lab_utils.training.ps.demo_runs import FailureDemo, HangDemo, shutdown_hang_demo, worker_failure_demo
-from lab_utils.training.ps.hand_runs import TwoTasks, load_two_tasks, run_two_tasks
-from lab_utils.training.ps.strategy_runs import StrategyRun, run_ps_strategy
+from lab_utils.training.ps.hand.runs import TwoTasks, load_two_tasks, run_two_tasks
+from lab_utils.training.ps.strategy.runs import StrategyRun, run_ps_strategy
 from lab_utils.training.runs import Run, RunOptions, every_task_reported, step_events, takes_run_options
 
 __all__ = [
@@ -109,6 +109,14 @@ class PSRun(Run):
         return len(self.results)
 
     @property
+    def size(self) -> int:
+        return self.workers
+
+    @property
+    def method(self) -> str:
+        return f"PS ({self.mode})"
+
+    @property
     def batch_size(self) -> int | None:
         return self._chief().get("batch_size")
 
@@ -141,13 +149,20 @@ class PSRun(Run):
         the time of one step; in async mode the inverse of the cluster's update rate."""
         return max(float(r["train_time"]) for r in self.results.values()) / self.final_global_step
 
+    @property
+    def step_time(self) -> float:
+        """:meth:`seconds_per_global_step`: a PS run's step is a global step."""
+        return self.seconds_per_global_step()
+
     def bytes_per_global_step(self) -> float:
         """Network bytes written per global step, the whole run's (start-up and evaluations
         included) over its final global step: host-level loopback on one machine (every byte
         once), the sum of the tasks' links on emulated hosts (:meth:`dstat_table`)."""
-        if self.monitor is None:
-            raise ValueError(f"{self.label}: run with monitor=True to count bytes")
-        return float(self.monitor.summary().loc["total", "Network W"]) / self.final_global_step
+        return self.monitored_bytes() / self.final_global_step
+
+    def bytes_per_step(self) -> float:
+        """:meth:`bytes_per_global_step`: a PS run's step is a global step."""
+        return self.bytes_per_global_step()
 
     # -- tables
     def workers_table(self) -> pd.DataFrame:

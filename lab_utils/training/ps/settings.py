@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lab_utils import checks
+
 MODES = ("async", "sync", "ssp")
 #: Default deadline for one train step (a lost token becomes an error, not a hang).
 STEP_TIMEOUT_SECS = 60.0
@@ -196,8 +198,7 @@ def check_settings(
             raise ValueError(f"straggler task must be one of worker:0..worker:{num_workers - 1}, got {name!r}")
     eval_every = _int("eval_every", eval_every, 0)
     seed = _int("seed", seed, 0)
-    if isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float)) or not step_timeout > 0:
-        raise ValueError(f"step_timeout must be a number of seconds > 0, got {step_timeout!r}")
+    checks.seconds("step_timeout", step_timeout)
     return Settings(
         mode,
         batch_size,

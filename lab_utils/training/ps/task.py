@@ -11,140 +11,14 @@ Every task of a Lab 2 or 3 cluster runs the same script (``train_async.py`` or
 
 ``build_graph(task, settings) -> PSGraph`` is the student's part: the graph that
 makes this parameter-server training. Everything else (settings, the start
-barrier, the session, the shutdown protocol below) is here; the shard, step loop,
+barrier, the session, the shutdown protocol) is here; the shard, step loop,
 timing and result dict are :mod:`lab_utils.training.loop`'s, shared with the
 other techniques. Importing this module does not import TensorFlow; only the
 functions that build or run graphs do.
 
-How a run is laid out
----------------------
-``lab_utils.cluster.TFCluster`` starts one process per *task*: ``ps:0`` and
-``worker:0 .. worker:N-1``, each with ``TF_CONFIG`` naming every task's address.
-Every task starts a ``tf.distribute.Server``. The PS task does nothing else: it
-holds the variables and serves them (``server.join()``) until the launcher stops
-it after every worker has exited 0.
-
-Each worker builds its *own copy* of the graph (between-graph replication).
-Inside ``tf.compat.v1.train.replica_device_setter`` every variable (the model's
-``W`` and ``b`` and the shared ``global_step``) is placed on ``/job:ps`` while the
-computation (forward pass, gradients) stays on ``/job:worker/task:<i>``. Each
-worker opens a session to its own server and feeds batches from its own shard of
-the training set. ``worker:0`` is the *chief*: it initialises the variables; the
-others wait until the model is ready.
-
-Lab 2: asynchronous updates
----------------------------
-Each worker computes a gradient on the parameters it last read and applies it to
-the PS at once; ``global_step`` goes up by one per worker step. Nobody waits for
-anybody, so a slow worker (a *straggler*) does not slow the others down, but its
-gradients are *stale*: computed on parameters that other workers have changed in
-the meantime. A run stops when the global step reaches its target: one epoch is
-``ceil(n_train / batch_size)`` global steps, shared among the workers.
-
-Lab 3: synchronous updates with ``SyncReplicasOptimizer``
----------------------------------------------------------
-``SyncReplicasOptimizer(opt, replicas_to_aggregate=R, total_num_replicas=N)``
-changes what a worker's train step does:
-
-1. push its gradient into an *accumulator* on the PS, stamped with the global
-   step the worker computed it at (gradients with an older stamp are *stale* and
-   silently dropped);
-2. take a *token* from the token queue on the PS (blocking until there is one);
-   the token's value becomes the worker's stamp for its next gradient.
-
-The chief runs one extra thread, the *chief queue runner*: it waits until the
-accumulators hold R gradients, applies their average with the real optimizer,
-adds one to ``global_step`` and puts N new tokens (valued with the new global
-step) in the token queue. The optimizer counts *gradients*, not workers: one
-fast worker can supply several of them. With R < N the slowest gradients of each
-step arrive stale and are dropped: these are *backup workers*, the cure for
-stragglers.
-
-How many gradients does one global step apply? With R = N (the default here),
-exactly R: each worker starts with one gradient and then needs a token per
-gradient, and an update hands out N tokens, so at most N = R fresh gradients can
-exist for a step. With R < N, *at least* R and up to N: the accumulator averages
-everything it holds when the chief's next "take R gradients" request arrives,
-and between handing out tokens and asking again, more than R fresh gradients can
-come in. Measured (1 PS + 2 workers, R = 1, 50 steps, 10 runs): 3 runs had an
-update that averaged 2 gradients. :class:`GradientCounter` shows this.
-
-Why synchronous runs hang at shutdown, and how this module ends every run
--------------------------------------------------------------------------
-Every blocking operation above waits for another process, and at the end of a
-run somebody is gone:
-
-* The chief's queue-runner thread is always blocked waiting for the next R
-  gradients. When the chief's loop ends, its session waits
-  ``stop_grace_period_secs`` (default 120 s) for that thread, which never wakes.
-* A worker that pushed a gradient waits for a token that only the chief's queue
-  runner produces. If the chief (or the other workers whose gradients were
-  needed) stopped first, nothing ever puts a token in the queue: it waits forever.
-* A worker's session, by default, talks to *every* task in the cluster; a worker
-  that has exited can stall the session of a worker still running.
-* When the chief's session closes, its queue runner closes the token queue; a
-  worker still waiting for a token then gets ``OutOfRangeError``, which
-  ``MonitoredSession`` swallows: that worker's loop just ends early, silently.
-* A non-chief worker checks whether the chief has initialised the model every
-  30 s (TF's default), wasting up to 30 s per run while the chief works alone.
-
-Measured on the course machine with TF's defaults (``MonitoredTrainingSession``,
-``StopAtStepHook``, default tokens, 1 PS + 2 workers, 100 global steps), five
-runs: training took about 0.5 s, then the chief spent 120.0 s closing its
-session in every run that got that far. In one run worker:1 waited 30.3 s for
-the model while the chief did 200 of its 201 local steps alone (local steps per
-worker ranged from 82/120 to 201/1); in another, worker:1's loop ended early
-with an exception that ``MonitoredSession`` swallowed.
-
-The fix, in this module:
-
-1. Every worker stops on the *same* condition: the token it just received is
-   worth ``target`` or more (a token carries the global step of the update that
-   made it). The final update (target - 1 -> target) puts N such tokens in the
-   queue, one for each worker, and a worker stops at its first one, so every
-   worker gets one, even one still holding an older token. No worker ever
-   pushes a gradient stamped at or past the target, so nobody waits for an
-   update that cannot come. (Stopping on a fresh read of ``global_step``
-   instead is racy: a worker can see the final step before the final tokens
-   are in the queue, stop, and its session's shutdown closes the token queue
-   under the others.)
-2. No tokens are handed out at the start (``num_tokens=0``): each worker pushes
-   one gradient and then waits for the first update, so the chief cannot run
-   ahead alone while the others are still starting.
-3. ``stop_grace_period_secs`` is small (:data:`STOP_GRACE_PERIOD_SECS`), so the
-   chief does not wait 120 s for its blocked queue-runner thread (a daemon
-   thread: it ends with the process).
-4. ``ConfigProto(device_filters=["/job:ps", "/job:worker/task:<i>"])``: each
-   worker's session only talks to the PS and to itself.
-5. Non-chief workers poll for the model every :data:`READY_POLL_SECS` instead of
-   30 s, up to :data:`SESSION_WAIT_SECS`.
-6. A safety net: every train step runs with a deadline (``step_timeout``); a
-   token that never comes becomes a clear error, never a silent hang.
-
-``--tf-defaults`` runs the same graph with none of these fixes, as CS 744's code ran
-(:mod:`lab_utils.training.ps.defaults`), and :func:`phase` events say where each worker
-is; :mod:`lab_utils.training.ps.demo_runs` shows both side by side (Lab 3, Part 5).
-
-Lab 6: stale-synchronous parallel (``mode="ssp"``)
---------------------------------------------------
-Asynchronous updates as in Lab 2, but a worker may run at most ``s`` steps ahead
-of the slowest one (``--staleness S``; 0 = lockstep, ``inf`` = Lab 2). The clocks
-on the PS, the wait before each step and the step events' ``clock`` / ``min_clock``
-/ ``staleness`` fields are :mod:`lab_utils.training.ssp`'s; the rule that says
-whether a worker may start (``may_start``) is the student's, passed to
-:func:`train_worker`.
-
-How we *verify* that a global step applied exactly R gradients
---------------------------------------------------------------
-:class:`GradientCounter` adds one small variable (``slots``, 4096 floats on the
-PS) to the model. On each push a worker's "gradient" for it is a one-hot vector
-at a slot unique to that push. The accumulator averages the gradients it
-collected for one update exactly like the model's, so the averaged vector has
-one non-zero entry per gradient in that update. The chief's update counts the
-non-zero entries and keeps, on the PS, the number of updates and the minimum,
-maximum and total count. ``min == max == R`` and ``updates == global_step`` is
-the check for R = N; it fails if any update averaged more or fewer gradients.
-With backup workers (R < N) expect ``min == R <= max <= N``.
+How a run is laid out, Lab 2's asynchronous and Lab 3's synchronous updates, why synchronous
+runs hang at shutdown and how this module ends every run, Lab 6's SSP, and how a global step's
+gradients are counted: ``README.md`` beside this file.
 """
 
 from __future__ import annotations
@@ -431,7 +305,7 @@ def _ssp_clocks(task, settings: Settings, may_start):
     """Mode ``ssp``: the clocks on the PS and this worker's wait (:mod:`lab_utils.training.ssp`)."""
     if settings.mode != "ssp":
         return None
-    from lab_utils.training.ssp.clocks import SSPClocks
+    from lab_utils.training.ps.clocks import SSPClocks
 
     return SSPClocks(task.index, settings.num_workers, settings.staleness, may_start)
 

@@ -5,7 +5,7 @@ A Lab 6 run is a Lab 2-3 parameter-server run in ``mode="ssp"``
 :func:`lab_utils.training.ps.runs.run_ps` and returned as a
 :class:`~lab_utils.training.ps.runs.PSRun`. This module adds what is particular to SSP:
 
-* :func:`run_ssp` / :func:`sweep`: one run per staleness bound s (default
+* :func:`run_ssp` / :func:`sweep_bounds`: one run per staleness bound s (default
   :data:`BOUNDS`: 0, 1, 4 and no bound), with the same straggler in each;
 * :func:`check_bound`: every step of a run whose events show the bound broken (or
   cannot show it was kept); an empty table means it held at every step;
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lab_utils import checks
 from lab_utils.training.ps.runs import PSRun, run_ps
 from lab_utils.training.ps.settings import parse_staleness
 
@@ -36,7 +37,7 @@ __all__ = [
     "bound_label",
     "bound_of",
     "run_ssp",
-    "sweep",
+    "sweep_bounds",
     "check_bound",
     "staleness_table",
     "straggler_extra",
@@ -87,7 +88,7 @@ def run_ssp(
     return run_ps(script, workers=workers, args=run_args, label=name, **kwargs)
 
 
-def sweep(
+def sweep_bounds(
     script: str | os.PathLike,
     bounds: Iterable[int | float | str] = BOUNDS,
     *,
@@ -290,8 +291,7 @@ def staleness_counts(runs: Iterable[PSRun], top: int = 10) -> pd.DataFrame:
     """The staleness distribution: steps per staleness value (rows ``0 .. top``, then
     ``">top"`` for all larger ones) for each run's bound (columns ``s=0``, ``s=1``, ...),
     every worker's steps together."""
-    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
-        raise ValueError(f"top must be an integer >= 0, got {top!r}")
+    checks.count("top", top, low=0)
     columns = {}
     for run in runs:
         values = _frame(run.events)["staleness"].astype(int)

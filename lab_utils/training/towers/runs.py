@@ -5,7 +5,7 @@ Every run is its own process (``python -m lab_utils.training.towers``, started b
 start, and the monitor measures one run at a time. Nothing here imports TensorFlow.
 
 * :func:`run_devices`: one run of ``single``, ``towers`` or ``mirrored`` on N devices;
-* :func:`sweep`: batch sizes x device counts, one run each; a batch that does not fit
+* :func:`sweep_devices`: batch sizes x device counts, one run each; a batch that does not fit
   is recorded as OOM and the sweep goes on;
 * :func:`resource_table`: the seed's Tables 5-8 (Peak Mem, Peak CPU, Network R/W,
   Examples/s, s/Batch; GPU utilisation and memory when NVML sees a GPU), for these
@@ -41,7 +41,7 @@ __all__ = [
     "check_steps",
     "load_student",
     "run_devices",
-    "sweep",
+    "sweep_devices",
     "measurements",
     "resource_table",
     "scaling_table",
@@ -121,8 +121,8 @@ class DeviceRun(Run):
     weights_path: str | None = None
 
     @property
-    def ranks(self) -> int:
-        """Devices (the name :func:`scaling_table` reads)."""
+    def size(self) -> int:
+        """Devices."""
         return self.devices
 
     @property
@@ -146,8 +146,13 @@ class DeviceRun(Run):
         return float("nan") if self.oom else loop.cluster_examples_per_sec({"task": self.result})
 
     @property
-    def s_per_batch(self) -> float:
+    def step_time(self) -> float:
+        """Seconds per batch (NaN: out of memory)."""
         return float("nan") if self.oom else self.result["train_time"] / self.result["local_steps"]
+
+    def bytes_per_step(self) -> float:
+        """0: one process, whose devices exchange nothing over a network."""
+        return 0.0
 
     @property
     def accuracy(self) -> float:
@@ -196,7 +201,7 @@ def _launch(method: str, devices: int, args: dict, run_dir: Path, options: RunOp
     cluster = _task(args, f"{method}{devices}", run_dir, options.timeout, options.progress)
     t0 = time.monotonic()
     mon = options.watch(cluster)
-    result = one_result(cluster, options.label)
+    result = one_result(cluster)
     events = pd.DataFrame.from_records(cluster.events("step"))
     return result, events, time.monotonic() - t0, mon
 
@@ -283,7 +288,7 @@ def check_steps(
     cluster = _task(args, "check", new_run_dir("check"), timeout, False, TASK_MEMORY_BYTES // 2)
     with cluster:
         cluster.wait()
-    return step_problems(one_result(cluster, "the check"))
+    return step_problems(one_result(cluster))
 
 
 def step_problems(result: Mapping[str, Any]) -> list[str]:
@@ -316,7 +321,7 @@ def step_problems(result: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def sweep(
+def sweep_devices(
     batch_sizes: Sequence[int],
     device_counts: Sequence[int],
     method: str = "towers",
@@ -359,16 +364,14 @@ def measurements(run) -> dict:
     """What a run measured, by the seed's names: a :class:`DeviceRun` or Lab 4's
     ``TrainRun`` (Horovod, MultiWorkerMirrored: ``devices`` = ranks, one device each)."""
     nan = float("nan")
+    status = "ok"
     if isinstance(run, DeviceRun):
-        method, devices, batch, status = METHOD_LABELS.get(run.method, run.method), run.devices, None, "ok"
+        batch = run.batch_size
         if run.oom:
             status = f"OOM: {run.result.get('error', '')}"
-        batch = run.batch_size
-        eps, spb = run.examples_per_sec, run.s_per_batch
-    else:  # a TrainRun: per-rank batch, all ranks' examples per second
-        r0 = run.results.get("rank:0") or next(iter(run.results.values()))
-        method, devices, batch, status = run.method, run.ranks, int(r0["batch_size"]), "ok"
-        eps, spb = run.examples_per_sec, r0["train_time"] / r0["local_steps"]
+    else:  # a TrainRun: per-rank batch
+        batch = int((run.results.get("rank:0") or next(iter(run.results.values())))["batch_size"])
+    method, devices, eps, spb = METHOD_LABELS.get(run.method, run.method), run.size, run.examples_per_sec, run.step_time
     row = {"method": method, "devices": devices, "Batch Size": batch}
     total = run.monitor.summary().loc["total"] if run.monitor is not None else {}
     for col, key in (("Peak Mem (B)", "Peak Mem"), ("Peak CPU", "Peak CPU")):
@@ -393,10 +396,10 @@ def resource_table(runs: Sequence[Any]) -> pd.DataFrame:
 
 
 def _baseline(runs: Sequence[Any]):
-    ones = [r for r in runs if r.ranks == 1]
+    ones = [r for r in runs if r.size == 1]
     if not ones:
         raise ValueError("scaling_table needs a 1-device run to compare with (e.g. run_devices('single', 1))")
-    return next((r for r in ones if getattr(r, "method", "") == "single"), ones[0])
+    return next((r for r in ones if r.method == "single"), ones[0])
 
 
 def scaling_table(runs: Sequence[Any], baseline: Any = None) -> pd.DataFrame:
@@ -405,7 +408,7 @@ def scaling_table(runs: Sequence[Any], baseline: Any = None) -> pd.DataFrame:
     starting from the baseline at 1 device (:func:`lab_utils.training.tables.scaling_table`).
     ``oversubscribed``: more devices or ranks than usable cores (logical CPU devices then
     share cores). Lab 4's ``TrainRun`` works too."""
-    kept = [r for r in runs if not getattr(r, "oom", False) and not math.isnan(r.examples_per_sec)]
+    kept = [r for r in runs if not math.isnan(r.examples_per_sec)]
     return tables.scaling_table(kept, baseline or _baseline(kept), METHOD_LABELS)
 
 

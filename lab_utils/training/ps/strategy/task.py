@@ -37,7 +37,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from lab_utils import report
-from lab_utils.training.ps.strategy_flags import make_parser, parse_args
+from lab_utils.training.ps.strategy.flags import make_parser, parse_args
 
 __all__ = [
     "SERVER_WAIT_SECS",
@@ -204,7 +204,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.result(**train(task, args))
     loop.quick_exit(0)  # skip the coordinator's teardown: the servers it talks to are stopped next
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -26,7 +26,7 @@ session on its own server it places a counter on ``/job:ps/task:0``, adds 1 to i
 PS, not in the session). Its result (the values, the value read back, every task's
 TF_CONFIG) comes back to the notebook through :mod:`lab_utils.report`.
 
-Who types the command? :func:`lab_utils.training.ps.hand_runs.run_two_tasks` starts
+Who types the command? :func:`lab_utils.training.ps.hand.runs.run_two_tasks` starts
 ``python -m lab_utils.training.ps.hand two_tasks.py`` for each task of a
 :class:`~lab_utils.cluster.TFCluster` (free ports, a private network, logs, a deadline).
 That entry point (:func:`launch`) plays the student at the terminal: it turns the
@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from lab_utils import report
-from lab_utils.training.ps.hand_flags import JOBS, UPDATES, hosts, make_parser, parse_flags
+from lab_utils.training.ps.hand.flags import JOBS, UPDATES, hosts, make_parser, parse_flags
 
 __all__ = [
     "UPDATES",
@@ -289,9 +289,3 @@ def launch(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = No
     if not _Called.main:
         _fail(task.task, f"{a.script} ended without calling ps_hand.main(cluster_spec, tf_config, start_server)")
     return 0
-
-
-if __name__ == "__main__":
-    from lab_utils.training.ps import hand as ps_hand  # the instance the script imports, not this __main__ copy
-
-    sys.exit(ps_hand.launch())

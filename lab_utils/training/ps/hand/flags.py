@@ -3,7 +3,7 @@
 ``--ps_hosts``, ``--worker_hosts``, ``--job_name``, ``--task_index`` (and ``--updates``,
 the worker's increments), parsed before TensorFlow is imported: bad input ends the task
 with exit 2 and argparse's message. Used by :mod:`lab_utils.training.ps.hand` (which
-re-exports it) in the task, and by :mod:`lab_utils.training.ps.hand_runs` (``UPDATES``)
+re-exports it) in the task, and by :mod:`lab_utils.training.ps.hand.runs` (``UPDATES``)
 in the notebook.
 """
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from lab_utils import checks
 from lab_utils.cluster import (
     GUARD_MEMORY_BYTES,
     TF_TASK_MEMORY_BYTES,
@@ -30,8 +31,8 @@ from lab_utils.cluster import (
     nothing_fits,
 )
 from lab_utils.resources import available_memory_bytes
-from lab_utils.training.ps.strategy_flags import parse_args
-from lab_utils.training.runs import LaunchOptions, every_task_reported, takes_launch_options
+from lab_utils.training.ps.strategy.flags import parse_args
+from lab_utils.training.runs import LaunchOptions, Run, every_task_reported, takes_launch_options
 
 __all__ = ["StrategyRun", "run_ps_strategy", "strategy_memory", "fit_strategy_workers", "TASK_MODULE"]
 
@@ -57,8 +58,7 @@ def fit_strategy_workers(requested: int, available: int | None = None) -> int:
     """The largest worker count <= ``requested`` whose :func:`strategy_memory` fits the memory
     available under this session's limit; prints one line when it scales down, raises
     :class:`~lab_utils.cluster.ResourceError` when not even one worker fits."""
-    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {requested!r}")
+    checks.count("workers", requested)
     avail = available_memory_bytes() if available is None else available
     fit = fit_count(requested, strategy_memory, available=avail)
     if fit == 0:
@@ -72,18 +72,36 @@ def fit_strategy_workers(requested: int, available: int | None = None) -> int:
     return fit
 
 
-@dataclass
-class StrategyRun:
-    """What the chief of a ``ParameterServerStrategy`` run reported."""
+@dataclass(kw_only=True, repr=False)
+class StrategyRun(Run):
+    """What the chief of a ``ParameterServerStrategy`` run reported (``wall_time``: launch
+    until every task exited)."""
 
     result: dict  # the chief's result dict (lab_utils.training.ps.strategy.train)
     steps: pd.DataFrame  # step, worker, loss: one row per scheduled step, in scheduling order
-    wall_time: float  # launch -> every task exited (s)
-    run_dir: str | None = None
+    label: str = "ParameterServerStrategy"
+    method = "ParameterServerStrategy"
+
+    @property
+    def size(self) -> int:
+        """Workers (the chief and the PS left out)."""
+        return int(self.result["num_workers"])
 
     @property
     def accuracy(self) -> float:
         return float(self.result["accuracy"])
+
+    @property
+    def examples_per_sec(self) -> float:
+        return float(self.result["examples_per_sec"])
+
+    @property
+    def step_time(self) -> float:
+        """The chief's training time over the steps it scheduled."""
+        return float(self.result["train_time"]) / int(self.result["steps_scheduled"])
+
+    def bytes_per_step(self) -> float:
+        raise ValueError(f"{self.label}: run_ps_strategy does not count network bytes")
 
     @property
     def worker_steps(self) -> dict[str, int]:
@@ -107,13 +125,16 @@ class StrategyRun:
         ]
         return pd.DataFrame(rows, columns=["quantity", "value"]).set_index("quantity")
 
-    def __repr__(self) -> str:
+    def describe(self) -> str:
         r = self.result
         split = ", ".join(f"{w} {n}" for w, n in r["worker_steps"].items())
         return (
-            f"<StrategyRun: {r['steps_scheduled']} steps scheduled, {r['updates_applied']} applied ({split}), "
-            f"accuracy {r['accuracy']:.4f}, {self.wall_time:.1f} s>"
+            f"{r['steps_scheduled']} steps scheduled, {r['updates_applied']} applied ({split}), "
+            f"accuracy {r['accuracy']:.4f}, {self.wall_time:.1f} s"
         )
+
+    def __repr__(self) -> str:
+        return f"<StrategyRun: {self.describe()}>"
 
     def _repr_html_(self) -> str:
         return (

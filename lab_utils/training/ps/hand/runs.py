@@ -24,8 +24,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab_utils import checks
 from lab_utils.cluster import ClusterError, TFCluster
-from lab_utils.training.ps.hand_flags import UPDATES
+from lab_utils.training.ps.hand.flags import UPDATES
 from lab_utils.training.runs import every_task_reported
 from lab_utils.training.student import load_student
 
@@ -98,8 +99,7 @@ def run_two_tasks(
     path = Path(script)
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: run the `%%writefile {path.name}` cell first")
-    if isinstance(updates, bool) or not isinstance(updates, int) or updates < 1:
-        raise ValueError(f"updates must be an integer >= 1, got {updates!r}")
+    checks.count("updates", updates)
     t0 = time.monotonic()
     cluster = TFCluster(
         ps=1,

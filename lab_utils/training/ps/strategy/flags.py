@@ -2,7 +2,7 @@
 
 Parsed and checked before TensorFlow is imported (bad input: argparse's exit 2), by the
 task (:mod:`lab_utils.training.ps.strategy`, which re-exports it) and, before anything
-launches, by the notebook (:func:`lab_utils.training.ps.strategy_runs.run_ps_strategy`).
+launches, by the notebook (:func:`lab_utils.training.ps.strategy.runs.run_ps_strategy`).
 """
 
 from __future__ import annotations
