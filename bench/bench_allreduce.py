@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("LABS_OFFLINE", "1")  # benchmarks never download
+
+from json_out import emit  # noqa: E402
 
 from lab_utils.cluster import MPIJob  # noqa: E402 (after LABS_OFFLINE)
 from lab_utils.grading import reference_script  # noqa: E402
@@ -205,7 +206,7 @@ def main(argv=None) -> int:
         },
         "wall_total": round(time.monotonic() - t0, 1),
     }
-    print(json.dumps(out, indent=1))
+    emit(out, None)
     return 0
 
 

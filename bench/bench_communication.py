@@ -28,6 +28,8 @@ import os
 import sys
 import time
 
+from json_out import emit
+
 from lab_utils.cluster import netem
 from lab_utils.grading import reference_script
 from lab_utils.training import hybrid
@@ -55,8 +57,10 @@ def main(argv=None) -> int:
     long_steps = 4 * a.steps
     for method in METHODS:
         print(f"bench_communication: compression {method} ...", file=sys.stderr, flush=True)
-        r = compression_runs.run(method, 2, hosts=hosts, steps=a.steps, student=student, progress=False)
-        r_long = compression_runs.run(method, 2, hosts=hosts, steps=long_steps, student=student, progress=False)
+        r = compression_runs.run_compression(method, 2, hosts=hosts, steps=a.steps, student=student, progress=False)
+        r_long = compression_runs.run_compression(
+            method, 2, hosts=hosts, steps=long_steps, student=student, progress=False
+        )
         link = r.link_bytes_per_step
         row = {
             "emulated": r.emulated,
@@ -90,11 +94,7 @@ def main(argv=None) -> int:
     out["hybrid_order_ok"] = steps["hybrid"] < min(steps["ps"], steps["allreduce"])
     out["hybrid_wall_s"] = round(time.monotonic() - t0, 1)
     print(f"bench_communication: hybrid step_s {steps}", file=sys.stderr, flush=True)
-    text = json.dumps(out, indent=2)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as fh:
-            fh.write(text + "\n")
+    emit(out, a.out, indent=2)
     return 0
 
 

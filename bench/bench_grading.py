@@ -45,6 +45,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from json_out import emit  # noqa: E402
 from support import crafted  # noqa: E402
 
 from lab_utils.grading import batch, layout  # noqa: E402
@@ -188,14 +189,6 @@ def against(other: Path, labs: str, n: int, repeats: int) -> dict:
         out["labs"][lab] = {"this_s": this, "against_s": that, "ratio": round(fmean(this) / fmean(that), 3)}
         print(f"{lab}: {out['labs'][lab]}", file=sys.stderr, flush=True)
     return out
-
-
-def emit(out: dict, path: str | None) -> None:
-    """The JSON on stdout, and in ``path`` when given."""
-    text = json.dumps(out, indent=1)
-    print(text)
-    if path:
-        Path(path).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from bench_grading import _busy_s, _course, emit  # noqa: E402  (n correct submissions, the CPU, the JSON)
+from bench_grading import _busy_s, _course  # noqa: E402  (n correct submissions, the CPU)
+from json_out import emit  # noqa: E402
 from support import slurm  # noqa: E402
 
 from lab_utils.grading import layout  # noqa: E402

@@ -40,7 +40,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from bench_grading import emit  # noqa: E402
+from json_out import emit  # noqa: E402
 from support import hub as local_hub  # noqa: E402
 
 LAB = "01_single_node"

@@ -33,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 
+from json_out import emit
+
 from lab_utils import standins
 from lab_utils.grading import layout
 from lab_utils.grading.sandbox import Sandbox, cgroup_support
@@ -174,10 +176,7 @@ def main(argv=None) -> int:
     for lab in layout.select_labs([x for x in args.labs.split(",") if x]):
         out["labs"][lab] = measure(lab, args.full, args.limit_mb, args.timeout, args.cpus, args.keep_notebooks)
         print(f"{lab}: {out['labs'][lab]}", file=sys.stderr, flush=True)
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out)
     return 0
 
 

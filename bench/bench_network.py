@@ -24,6 +24,7 @@ import sys
 import time
 
 import pandas as pd
+from json_out import emit
 
 from lab_utils.cluster import netem
 from lab_utils.training import netexp
@@ -54,11 +55,7 @@ def main(argv=None) -> int:
         result = _models(out["models"], workers, bw, a) if a.models else _synthetic(workers, bw, a, out["emulated"])
         out["bandwidths"][bw] = {**result, "wall_s": round(time.monotonic() - t0, 1)}
         print(f"bench_network: {bw}: {result['summary']}", file=sys.stderr, flush=True)
-    text = json.dumps(out, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as fh:
-            fh.write(text + "\n")
+    emit(out, a.out)
     return 0
 
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import statistics
 import sys
 import time
+
+from json_out import emit
 
 from lab_utils.cluster import TFCluster
 from lab_utils.grading import reference_script
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
         "runs": runs,
         "wall_total": round(time.monotonic() - t0, 1),
     }
-    print(json.dumps(out, indent=1))
+    emit(out, None)
     return 0
 
 

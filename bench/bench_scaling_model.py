@@ -33,6 +33,8 @@ import os
 import sys
 import time
 
+from json_out import emit
+
 from lab_utils import simulate
 from lab_utils.cluster import netem
 from lab_utils.grading import reference_script
@@ -51,10 +53,10 @@ def measure(hosts: str, workers: list[int], **kwargs) -> list[dict]:
     for mode in netexp.MODES:
         for w in workers:
             try:
-                row = netexp.run(mode, w, hosts=hosts, **kwargs)
+                row = netexp.run_netexp(mode, w, hosts=hosts, **kwargs).row
             except RuntimeError as exc:
                 print(f"bench_scaling_model: {mode} x{w} on {hosts} failed ({exc}); once more", file=sys.stderr)
-                row = netexp.run(mode, w, hosts=hosts, **kwargs)
+                row = netexp.run_netexp(mode, w, hosts=hosts, **kwargs).row
             print(f"bench_scaling_model: {hosts} {mode} x{w}: {row['step_s']:.3f} s/step", file=sys.stderr, flush=True)
             rows.append(row)
     return rows
@@ -210,11 +212,7 @@ def main(argv=None) -> int:
         import pandas as pd
 
         simulate.plot(pd.concat(curves), pd.concat(checks)).savefig(a.plot, dpi=110)
-    text = json.dumps(out, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as fh:
-            fh.write(text + "\n")
+    emit(out, a.out)
     return 0
 
 

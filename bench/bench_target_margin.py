@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from json_out import emit
+
 from lab_utils import data, standins
 from lab_utils.training.allreduce import runs as allreduce_runs
 from lab_utils.training.ps import runs as ps_runs
@@ -204,10 +206,7 @@ def main(argv=None) -> int:
                 )
             out["sizes"][str(n)] = {"last_evaluation": summary(accuracies, target), "tested": summary(settled, target)}
     out["wall_s"] = round(time.monotonic() - t0, 1)
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out, indent=2)
     return 0
 
 

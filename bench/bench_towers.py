@@ -112,7 +112,7 @@ def cpu_runs(args) -> dict[str, list[dict]]:
             runs[name].append(
                 {
                     "examples_per_sec": round(run.examples_per_sec, 1),
-                    "s_per_batch": round(run.s_per_batch, 4),
+                    "s_per_batch": round(run.step_time, 4),
                     "global_batch": run.global_batch,
                     "tier": run.tier,
                     "wall": round(run.wall_time, 2),
@@ -144,7 +144,7 @@ def gpu_part(args, gpus: list[str], flops: dict) -> dict:
     peak = peak_tflops(name)
     images = run.examples_per_sec
     achieved = images * flops["train_gflop_per_image"] / 1e3  # TFLOP/s
-    out.update(device_name=name, images_per_sec=round(images, 1), s_per_batch=round(run.s_per_batch, 4))
+    out.update(device_name=name, images_per_sec=round(images, 1), s_per_batch=round(run.step_time, 4))
     out.update(achieved_tflops=round(achieved, 2), peak_bf16_dense_tflops=peak)
     out["share_of_peak"] = round(achieved / peak, 4) if peak else None
     out["flops_formula"] = "images/s x 3 x 2 x forward multiply-adds per image (alexnet('224') layer shapes)"

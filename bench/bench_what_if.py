@@ -50,11 +50,11 @@ def _netexp(mode: str, bandwidth: str):
     from lab_utils import timeline
     from lab_utils.training.netexp import runs as netexp_runs
 
-    row = netexp_runs.run(mode, 2, hosts=f"emulated:bandwidth={bandwidth}", mb=GRADIENT_MB, steps=6, warmup=1,
+    run = netexp_runs.run_netexp(mode, 2, hosts=f"emulated:bandwidth={bandwidth}", mb=GRADIENT_MB, steps=6, warmup=1,
                           compute_s=COMPUTE_S, progress=False)  # fmt: skip
-    if not row.get("trace"):
+    if not run.trace:
         raise RuntimeError(f"netexp {mode} at {bandwidth}: no timeline (is LABS_TRACE=0 set?)")
-    return timeline.load(row["trace"]), row
+    return timeline.load(run.trace), run.row
 
 
 def bandwidth_case(mode: str) -> dict:
