@@ -15,6 +15,8 @@ One module per job:
 - ``process``: one launched process (``Task``), the one kill-tree (``terminate``),
   the one resource-fit rule (``tasks_that_fit``, ``check_fit``; ``fit_count`` and
   ``nothing_fits`` for the labs' own memory models), ``ClusterError``
+- ``sizing``: how many ranks of any kind fit this session (``fit_ranks``, ``fit_sweep``) by
+  the course's memory model of a TensorFlow task (``task_memory``, ``cluster_memory``)
 - ``rundir``: run directories (``new_run_dir``), ``state.json``, ``reap`` and ``prune_runs``
 - ``hosts``: how a command starts on a host (local, ssh), free ports
 - ``netem``: emulated hosts (a network namespace per host, shaped links, per-host
@@ -53,6 +55,7 @@ from lab_utils.cluster.process import (
     tasks_that_fit,
 )
 from lab_utils.cluster.rundir import KEEP_RUNS, new_run_dir, prune_runs, reap, run_root
+from lab_utils.cluster.sizing import RANKS_PER_CORE, cluster_memory, fit_ranks, fit_sweep, task_memory
 from lab_utils.cluster.tf import BIND_FAILED_EXIT, TaskConfig, TFCluster, start_server, task_config
 
 __all__ = [
@@ -75,6 +78,11 @@ __all__ = [
     "new_run_dir",
     "split_rank_output",
     "tasks_that_fit",
+    "fit_ranks",
+    "fit_sweep",
+    "task_memory",
+    "cluster_memory",
+    "RANKS_PER_CORE",
     "fit_count",
     "nothing_fits",
     "TF_TASK_MEMORY_BYTES",

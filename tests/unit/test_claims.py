@@ -44,11 +44,35 @@ def _record_calls(code: str) -> list[str]:
     return calls
 
 
+def _recap_metrics(code: str) -> list[str]:
+    """The figures a ``recap.labN(...)`` call in ``code`` records: in lab_utils/recap.py, the
+    keywords of each ``dict(...)`` its function builds and of each call to a helper of that module
+    (``_headline``), and the helper's own (its ``metrics``; ``.record(...)`` adds the notebook's)."""
+    import ast
+
+    tree = ast.parse((ROOT / "lab_utils" / "recap.py").read_text())
+    functions = {fn.name: fn for fn in tree.body if isinstance(fn, ast.FunctionDef)}
+
+    def keywords(name: str, seen: set[str]) -> list[str]:
+        found = []
+        for node in ast.walk(functions[name]):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                callee = node.func.id
+                if callee == "dict" or callee in functions:
+                    found += [kw.arg for kw in node.keywords if kw.arg]
+                if callee in functions and callee not in seen:
+                    found += keywords(callee, seen | {callee})
+        return found
+
+    return [name for lab in sorted(set(re.findall(r"\brecap\.(lab\d)\(", code))) for name in keywords(lab, {lab})]
+
+
 def recorded_names(lab: str) -> list[re.Pattern]:
-    """What ``lab``'s notebook records: each keyword of a ``record(...)`` call, and each f-string key
-    of a ``record(**{f"...": ...})`` with its fields as any word (``{_m}_bytes_measured``)."""
+    """What ``lab``'s notebook records: each keyword of a ``record(...)`` call, each f-string key
+    of a ``record(**{f"...": ...})`` with its fields as any word (``{_m}_bytes_measured``), and the
+    figures of its recap (:func:`_recap_metrics`)."""
     code = "\n".join("".join(c["source"]) for c in _cells(lab).values() if c["cell_type"] == "code")
-    patterns = []
+    patterns = [re.compile(re.escape(name)) for name in _recap_metrics(code)]
     for args in _record_calls(code):
         patterns += [re.compile(re.escape(name)) for name in re.findall(r"(?:^|[(,\s])(\w+)=(?!=)", args)]
         for template in re.findall(r'\bf"([^"]+)"', args):

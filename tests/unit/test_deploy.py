@@ -323,7 +323,7 @@ def _lost(lab: str, available: int, cores: int) -> list[str]:
         lost += [f"{what} ({need / 2**20:,.0f} MB)" for what, need in needs.items() if need > available]
     elif lab == "06_communication":  # Part C's Parallax runs, every mode at every count
         try:
-            got = hybrid.fit_workers(p["HYBRID_WORKERS"], available=available)
+            got = hybrid.fit_sweep(p["HYBRID_WORKERS"], available=available)
         except ResourceError as exc:
             return [str(exc)]
         lost += [f"Parallax {p['HYBRID_WORKERS']} workers: {got} fit"] if got != p["HYBRID_WORKERS"] else []

@@ -232,19 +232,19 @@ def test_each_mode_is_checked_with_its_own_measured_rank_memory(monkeypatch):
 def test_fit_workers_keeps_the_sizes_whose_every_mode_fits(capsys):
     mb = hybrid.MB
     # allreduce: 480 MB a rank; hybrid and ps: 320 MB a rank, a PS rank too
-    assert hybrid.fit_workers([2, 4], available=2000 * mb) == [2, 4]  # 4 x 480 = 1,920; 5 x 320 = 1,600
+    assert hybrid.fit_sweep([2, 4], available=2000 * mb) == [2, 4]  # 4 x 480 = 1,920; 5 x 320 = 1,600
     assert capsys.readouterr().out == ""
-    assert hybrid.fit_workers([2, 3, 4], available=1700 * mb) == [2, 3]  # Binder: 4 allreduce ranks do not fit
+    assert hybrid.fit_sweep([2, 3, 4], available=1700 * mb) == [2, 3]  # Binder: 4 allreduce ranks do not fit
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "4 workers do not fit here (allreduce with 4 workers (4 ranks)" in out
     assert "1,920 MB, 1,700 MB available): the runs use 2, 3; the PS's traffic still grows" in out
-    assert hybrid.fit_workers([2, 4], available=1700 * mb) == [2, 3]  # the largest that fits, in place of 4
+    assert hybrid.fit_sweep([2, 4], available=1700 * mb) == [2, 3]  # the largest that fits, in place of 4
     assert "the runs use 2, 3;" in capsys.readouterr().out
-    assert hybrid.fit_workers([4, 2], modes=("ps", "hybrid"), available=1000 * mb) == [2]  # 3 x 320 = 960
+    assert hybrid.fit_sweep([4, 2], modes=("ps", "hybrid"), available=1000 * mb) == [2]  # 3 x 320 = 960
     assert "(ps with 4 workers (5 ranks) needs about 1,600 MB" in capsys.readouterr().out
-    assert hybrid.fit_workers([2, 3], available=1000 * mb) == [2]
+    assert hybrid.fit_sweep([2, 3], available=1000 * mb) == [2]
     assert "the runs use 2; one size shows the three modes side by side, not how they grow" in capsys.readouterr().out
-    assert hybrid.fit_workers([3], available=1000 * mb) == [2]  # 3 do not fit: 2 do, in their place
+    assert hybrid.fit_sweep([3], available=1000 * mb) == [2]  # 3 do not fit: 2 do, in their place
 
 
 def test_fit_workers_refuses_when_nothing_fits_or_the_sizes_are_bad():
@@ -254,10 +254,10 @@ def test_fit_workers_refuses_when_nothing_fits_or_the_sizes_are_bad():
         ResourceError,
         match=r"no size of this experiment fits: ps with 2 workers \(3 ranks\) needs about 960 MB, 900 MB",
     ):
-        hybrid.fit_workers([2, 4], available=900 * hybrid.MB)
+        hybrid.fit_sweep([2, 4], available=900 * hybrid.MB)
     for bad in ([], [0], [True], ["2"]):
         with pytest.raises(ValueError, match="workers must be a non-empty list of integers >= 1"):
-            hybrid.fit_workers(bad, available=10**12)
+            hybrid.fit_sweep(bad, available=10**12)
 
 
 @pytest.mark.parametrize("emulated", [True, False])

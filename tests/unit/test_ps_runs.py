@@ -69,6 +69,26 @@ def test_a_sweep_keeps_the_sizes_that_fit_and_says_which_it_leaves_out(capsys):
             ps_runs.fit_sweep(bad, available=room)
 
 
+def test_any_kind_of_rank_is_sized_by_the_clusters_one_rule(capsys):
+    """Horovod ranks (no PS), and Lab 5's AlexNet ranks of their own size: lab_utils.cluster.fit_ranks,
+    the rule ps_runs.fit_workers applies to a PS cluster."""
+    from lab_utils.cluster import RANKS_PER_CORE, fit_ranks
+
+    assert fit_ranks(4, available=2 * PER_TASK + data.mnist_shared_bytes(), cores=8) == 2  # no PS to hold
+    out = capsys.readouterr().out
+    assert out.startswith("[lab_utils] 4 ranks do not fit here (memory:") and "MB per rank" in out, out
+    assert "PS" not in out and out.rstrip().endswith("using 2")
+    alexnet = 900 * 2**20
+    assert fit_ranks(3, memory_per_task=alexnet, available=2 * (alexnet + GUARD_MEMORY_BYTES), cores=8) == 2
+    assert fit_ranks(8, available=100 * PER_TASK, cores=1) == RANKS_PER_CORE
+    assert "cores: 1 usable, at most 2 ranks per core" in capsys.readouterr().out.splitlines()[-1]
+    with pytest.raises(ResourceError, match="not even 1 rank fits: it needs about"):
+        fit_ranks(2, memory_per_task=alexnet, available=alexnet)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="requested ranks must be an integer >= 1"):
+            fit_ranks(bad, available=100 * PER_TASK)
+
+
 def test_fit_workers_scales_down_on_cores(capsys):
     assert ps_runs.fit_workers(4, available=100 * PER_TASK, cores=1) == 2
     assert "cores: 1 usable" in capsys.readouterr().out

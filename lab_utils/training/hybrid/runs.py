@@ -50,7 +50,7 @@ from lab_utils.training.hybrid import settings as hybrid_settings
 from lab_utils.training.runs import LaunchOptions, RanksRun, run_ranks, sweep_modes, takes_launch_options
 from lab_utils.training.runs import experiment_timelines as timelines  # noqa: F401 (the package's name)
 
-__all__ = ["MODES", "RANK_MEMORY_BYTES", "fit_workers", "variables", "worker_bytes", "run_hybrid", "experiment", "plot"]
+__all__ = ["MODES", "RANK_MEMORY_BYTES", "fit_sweep", "variables", "worker_bytes", "run_hybrid", "experiment", "plot"]
 
 MODES = hybrid_settings.MODES
 MB = 1024**2
@@ -91,7 +91,7 @@ def _ranks(mode: str, workers: int) -> int:
     return workers + (mode != "allreduce")  # ps and hybrid: a PS rank too
 
 
-def fit_workers(workers: Sequence[int], modes: Sequence[str] = MODES, *, available: int | None = None) -> list[int]:
+def fit_sweep(workers: Sequence[int], modes: Sequence[str] = MODES, *, available: int | None = None) -> list[int]:
     """The worker counts of :func:`experiment` whose every mode fits the memory available
     now (by :data:`RANK_MEMORY_BYTES`, as the launcher checks each run), in the order given.
     A count left out is replaced, last, by the largest smaller one (2 or more) that fits, if it is not there
@@ -201,14 +201,14 @@ def _say(row: dict) -> str:
 
 def experiment(workers: Sequence[int] = (2, 4), modes: Sequence[str] = MODES, **kwargs: Any):
     """Every mode at every worker count that fits here (same model, data and links; see
-    :func:`fit_workers`): a pandas table of :func:`run_hybrid`'s rows plus ``vs_allreduce``, each
+    :func:`fit_sweep`): a pandas table of :func:`run_hybrid`'s rows plus ``vs_allreduce``, each
     run's throughput over all-reduce's with as many workers (when ``allreduce`` is among
     the modes)."""
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise ValueError(f"modes must be a non-empty selection of {MODES}, got {tuple(modes)!r}")
     spec = netem.spec_or_local(kwargs.pop("hosts", "emulated:100mbit"))  # the fallback line once, not per run
-    workers = fit_workers(workers, modes)
+    workers = fit_sweep(workers, modes)
     runs = [(mode, w) for w in workers for mode in modes]
     table = sweep_modes(run_hybrid, runs, _say, hosts=spec, **kwargs)
     if "allreduce" in modes:
