@@ -294,9 +294,11 @@ class BaseNetwork:
         if NO_NETEM not in self.notes:
             self.notes.append(NO_NETEM)
 
-    def mb_per_step(self, steps: int) -> dict[int, float]:
-        """Each host's MB (sent + received, 10^6 bytes) per step over ``steps`` steps."""
-        return {i: (c["sent"] + c["received"]) / steps / 1e6 for i, c in self.counters().items()}
+    def mb_per_step(self, steps: int, counts: dict[int, dict[str, int]] | None = None) -> dict[int, float]:
+        """Each host's MB (sent + received, 10^6 bytes) per step over ``steps`` steps, from
+        ``counts`` (:meth:`counters`' figures, when the caller reads them for more) or read now."""
+        counts = self.counters() if counts is None else counts
+        return {i: (c["sent"] + c["received"]) / steps / 1e6 for i, c in counts.items()}
 
     def __repr__(self) -> str:
         return f"<Network {self.id}: {self.n_hosts} hosts on {self.subnet}, {self.spec.describe()}>"

@@ -447,10 +447,11 @@ def run_ranks(
     }
     sent = None
     if job.emulated:
-        traffic = job.network.mb_per_step(steps)
+        counts = job.network.counters()  # read once: both figures count the same bytes
+        traffic = job.network.mb_per_step(steps, counts)
         row["ps_mb_per_step"] = traffic[0] if has_ps else None
         row["worker_mb_per_step"] = statistics.mean(traffic[i] for i in range(has_ps, workers + has_ps))
-        sent = sum(c["sent"] for c in job.network.counters().values()) / steps
+        sent = sum(c["sent"] for c in counts.values()) / steps
     run = RanksRun(
         label=f"{mode}, {workers} worker(s)",
         wall_time=time.monotonic() - t0,

@@ -213,6 +213,7 @@ def test_mb_per_step_from_the_link_counters(monkeypatch):
     net = netem.Network(netem.emulated(), 2)
     monkeypatch.setattr(net, "counters", lambda: {0: {"sent": 3e6, "received": 1e6}, 1: {"sent": 0, "received": 2e6}})
     assert net.mb_per_step(4) == {0: 1.0, 1: 0.5}
+    assert net.mb_per_step(2, {0: {"sent": 3_000_000, "received": 1_000_000}}) == {0: 2.0}  # counts read once
 
 
 def test_host_per_rank_refuses_a_host_count():
