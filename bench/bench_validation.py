@@ -24,7 +24,10 @@ date, the machine, the commit and a hash of what its verdicts depend on (:data:`
 lab's own source, its parameters, the grading settings, the lock, the crafted kinds, the mutants;
 :func:`inputs_hash`), and the facts of each lab's graded known-good notebook (quiet, its figures,
 its outputs' size, its feedback quoting no hidden test: ``tests/support/graded.py``; the suite
-grades no lab's solution itself); ``grading/VALIDATION.md`` is rendered from it. ``tests/unit/test_validation.py`` fails
+grades no lab's solution itself), and what grading Lab 1's crafted class left behind, checked
+right after it is graded (``tests/support/class_checks.py``: flags that say what happened, nothing
+read, quoted or left running, the decoy as it was, every result kept; the suite grades no crafted
+class itself); ``grading/VALIDATION.md`` is rendered from it. ``tests/unit/test_validation.py`` fails
 while a crafted kind or a mutant is missing from it, when a verdict is not "as expected" (recomputed
 from the plan as it is now), or when an input changed since it was made. ``--labs`` grades those
 labs again and keeps the others' rows with their own provenance. Needs root (an isolated grader:
@@ -52,7 +55,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from support import crafted, graded  # noqa: E402
+from support import class_checks, crafted, graded  # noqa: E402
 
 from lab_utils.grading import layout  # noqa: E402
 
@@ -74,6 +77,7 @@ VERDICT_INPUTS = (
     "tests/support/graded.py",
     "tests/support/crafted.py",
     "tests/support/hostile.py",
+    "tests/support/class_checks.py",
     "tests/unit/test_mutants.py",
 )
 #: inputs that hold one entry per lab: a lab's hash takes its own entry only (Lab 6's CI parameters
@@ -179,12 +183,14 @@ def verdict(result: dict, points: dict[str, float], lost: list[str], flags: tupl
     }
 
 
-def grade(labs: list[str], jobs: int, progress=print) -> tuple[dict, dict]:
-    """Grade every lab's validation class: ``{lab: {student: row}}``, and the facts of each lab's
-    graded known-good notebook (:func:`_facts`) by lab."""
+def grade(labs: list[str], jobs: int, progress=print) -> tuple[dict, dict, dict]:
+    """Grade every lab's validation class: ``{lab: {student: row}}``, the facts of each lab's
+    graded known-good notebook (:func:`_facts`) by lab, and what grading Lab 1's crafted class left
+    behind (``tests/support/class_checks.py``: ``{lab: {check: "" or why not}}``)."""
     from lab_utils.grading import batch
 
     rows: dict[str, dict] = {}
+    checked: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(
         prefix="validation-", dir=REPO / "out" if (REPO / "out").is_dir() else None
     ) as tmp:
@@ -197,6 +203,7 @@ def grade(labs: list[str], jobs: int, progress=print) -> tuple[dict, dict]:
                 plans[lab] = (points, crafted.validation_class(lab, points))
                 for student, (kinds, _, _) in plans[lab][1].items():
                     crafted.write(kinds, lab, subs, student=student, root=root, decoy=decoy)
+            before = crafted.fillers(root)
             saved = {k: os.environ.get(k) for k in crafted.SECRETS}
             os.environ.update(crafted.SECRETS)
             try:
@@ -204,6 +211,8 @@ def grade(labs: list[str], jobs: int, progress=print) -> tuple[dict, dict]:
             finally:
                 for k, v in saved.items():
                     os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+            if crafted.CLASS_LAB in labs:  # before the decoy goes: the restart attack aimed at it
+                checked[crafted.CLASS_LAB] = _class_checks(root, subs, results, before, decoy, plans)
         finally:
             crafted.remove_decoy(decoy)
         notebooks = {lab: _facts(root, lab) for lab in labs}
@@ -217,7 +226,16 @@ def grade(labs: list[str], jobs: int, progress=print) -> tuple[dict, dict]:
                 progress(
                     f"{lab} {student}: {'as expected' if rows[lab][student]['as_expected'] else 'NOT AS EXPECTED'}"
                 )
-    return rows, notebooks
+    return rows, notebooks, checked
+
+
+def _class_checks(root: Path, subs: Path, results: list[dict], before: set, decoy: Path, plans: dict) -> dict:
+    """What grading Lab 1's crafted class left behind (``tests/support/class_checks.py``)."""
+    lab = crafted.CLASS_LAB
+    blank = next(s for s, (kinds, _, _) in plans[lab][1].items() if kinds == "blank")
+    by_student = {r["student"]: r for r in results if r["lab"] == lab}
+    mine = class_checks.Graded(root, subs, by_student, before, decoy, class_checks.batch_pid(), blank)
+    return class_checks.run(mine)
 
 
 def _facts(root: Path, lab: str) -> dict:
@@ -302,7 +320,8 @@ def render(data: dict) -> str:
         "verdict is not as expected, or when what the verdicts depend on (`lab_utils`: the grader and what a lab",
         "runs; the labs' sources, parameters and grading settings; the lock; the crafted kinds; the mutants)",
         "changed since it was made. It also records each lab's graded known-good notebook: quiet, its figures,",
-        "its outputs' size, and a feedback page that quotes no hidden test.",
+        "its outputs' size, and a feedback page that quotes no hidden test; and what grading Lab 1's crafted",
+        "class left behind (`tests/support/class_checks.py`).",
         "",
         f"- **Made:** {', '.join(sorted({m['date'] for m in data['made'].values()}))}",
         f"- **Machine:** {', '.join(sorted({m['machine'] for m in data['made'].values()}))}",
@@ -332,6 +351,13 @@ def render(data: dict) -> str:
                 f"{_cell(', '.join(r['expected_flags']) or 'none')} | {_cell(flags)} | "
                 f"{'as expected' if r['as_expected'] else '**NOT AS EXPECTED**'} |"
             )
+        checks = data.get("class_checks", {}).get(lab)
+        if checks:
+            lines += ["", "What grading the class left behind (`tests/support/class_checks.py`):", ""]
+            lines += [
+                f"- {name}: {'held' if not why else '**did not hold**: ' + _cell(why[:300])}"
+                for name, why in checks.items()
+            ]
         facts = data.get("notebooks", {}).get(lab)
         if facts:
             noisy = "quiet" if not facts["noisy_cells"] else f"**{len(facts['noisy_cells'])} noisy cell(s)**"
@@ -358,7 +384,7 @@ def render(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def merge(old: dict, graded: dict, notebooks: dict, mutated: dict, made: dict) -> dict:
+def merge(old: dict, graded: dict, notebooks: dict, mutated: dict, made: dict, checked: dict | None = None) -> dict:
     """``old`` with these labs' rows, mutants and provenance in their place, in the labs' order:
     each lab keeps the provenance of the run that made its rows."""
     order = layout.source_labs()
@@ -372,6 +398,7 @@ def merge(old: dict, graded: dict, notebooks: dict, mutated: dict, made: dict) -
         "labs": pick("labs", graded),
         "notebooks": pick("notebooks", notebooks),
         "mutants": pick("mutants", mutated),
+        "class_checks": pick("class_checks", checked or {}),
     }
 
 
@@ -401,7 +428,7 @@ def main(argv=None) -> int:
     made = {"date": datetime.date.today().isoformat(), "machine": _machine(), "isolated": True}
     made["commit"] = _commit()
     made_for = {lab: made | {"inputs": inputs_hash(lab=lab)} for lab in labs}  # what is graded: as the run starts
-    graded, notebooks = grade(labs, args.jobs)
+    graded, notebooks, checked = grade(labs, args.jobs)
     mutated = mutants(labs)
     if any(inputs_hash(lab=lab) != m["inputs"] for lab, m in made_for.items()):
         print(
@@ -412,15 +439,19 @@ def main(argv=None) -> int:
     for m in made_for.values():
         m["wall_s"] = round(time.monotonic() - t0, 1)
     old = json.loads(JSON.read_text()) if JSON.is_file() and args.labs else {"labs": {}, "mutants": {}, "made": {}}
-    data = merge(old, graded, notebooks, mutated, made_for)
+    data = merge(old, graded, notebooks, mutated, made_for, checked)
     JSON.write_text(json.dumps(data, indent=1) + "\n")
     MARKDOWN.write_text(render(data))
-    bad = [f"{lab} {s}" for lab, rows in data["labs"].items() for s, r in rows.items() if not r["as_expected"]] + [
-        f"{lab} {m['exercise']}: {m['mistake']}"
-        for lab, ms in data["mutants"].items()
-        for m in ms
-        if not m["as_expected"]
-    ]
+    bad = (
+        [f"{lab} {s}" for lab, rows in data["labs"].items() for s, r in rows.items() if not r["as_expected"]]
+        + [
+            f"{lab} {m['exercise']}: {m['mistake']}"
+            for lab, ms in data["mutants"].items()
+            for m in ms
+            if not m["as_expected"]
+        ]
+        + [f"{lab}: {name}" for lab, checks in data["class_checks"].items() for name, why in checks.items() if why]
+    )
     print(
         f"wrote {JSON} and {MARKDOWN}"
         + (f"; NOT AS EXPECTED: {', '.join(bad)}" if bad else "; every verdict as expected")

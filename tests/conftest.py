@@ -93,39 +93,6 @@ def pytest_terminal_summary(terminalreporter):
         )
 
 
-@pytest.fixture(scope="session")
-def crafted_class(tmp_path_factory, request):
-    """Lab 1's crafted class (:data:`support.crafted.CLASS`) graded by the local batch, once a
-    session, with secrets in the grader's environment (:data:`support.crafted.SECRETS`):
-    ``(root, submissions, results by student, the disk filler's files before, a copy of the
-    submissions as handed in, the results as first graded, the attacks' decoy file)``. Its tests
-    (tests/notebooks/test_grading_crafted.py) may change the submissions; the copies are
-    what the Slurm test grades again (those a node could grade otherwise) and compares with
-    (tests/process/test_slurm.py)."""
-    import copy
-
-    from support import crafted
-
-    from lab_utils.grading import batch
-
-    tmp = tmp_path_factory.mktemp("crafted")
-    root, subs = crafted.course(tmp, [crafted.CLASS_LAB], crafted.settings_yaml(crafted.CLASS_SETTINGS))
-    decoy = crafted.decoy()
-    request.addfinalizer(lambda: crafted.remove_decoy(decoy))
-    crafted.write_class(subs, root, decoy)
-    before = crafted.fillers(root)
-    saved = {k: os.environ.get(k) for k in crafted.SECRETS}
-    os.environ.update(crafted.SECRETS)
-    try:
-        results = {r["student"]: r for r in batch.autograde(subs, [crafted.CLASS_LAB], root, jobs=2)}
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-    handed_in = tmp_path_factory.mktemp("crafted-handed-in") / "submissions"
-    shutil.copytree(subs, handed_in, symlinks=True)
-    return root, subs, results, before, handed_in, copy.deepcopy(results), decoy
-
-
 def _gpu_count() -> int:
     if not shutil.which("nvidia-smi"):
         return 0

@@ -7,8 +7,9 @@ solution, its release, the vandal, the forgers and the attacks in an isolated gr
 each verdict and the graded solution's notebook (quiet, its figures, its outputs' size, its
 feedback quoting no hidden test); tests/unit/test_validation.py fails when any of them is not as
 expected, or when lab_utils, a lab's source or parameters, the grading settings or the lock changed
-since (issue 52: grading each lab here again cost the suite about 20 minutes). Lab 1's crafted class
-(tests/notebooks/test_grading_crafted.py) grades a class end to end in the suite.
+since (issue 52: grading each lab here again cost the suite about 20 minutes). So is Lab 1's crafted
+class, and what grading it leaves behind (tests/support/class_checks.py; issue 57's review: 5
+minutes); tests/notebooks/test_grading_crafted.py stops, resumes and round-trips small classes live.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ node, each node an emulated host. A driver on the head node, inside ``salloc -N 
 a Lab 2 cluster (``TFCluster(hosts="slurm")``: a task per node through ``srun``) and a
 Horovod job (``MPIJob(hosts="slurm")``: ``mpirun`` starts its daemons through Slurm), as a
 notebook in a JupyterLab started under ``salloc`` would. The instructor's ``autograde
---slurm`` grades the crafted classes as job arrays, with the local batch's scores and flags;
+--slurm`` grades the crafted classes as job arrays, with the scores and flags they must get;
 a ``scancel`` and a node's death in the middle lose nothing and score nothing 0.
 
 Needs root, ``ip netns``, ``slurm-wlm`` and ``munge`` (``make setup`` installs them as
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -107,17 +106,16 @@ LAB1, LAB2 = crafted.CLASS_LAB, "02_ps_async"
 #: lock (the timed throughput test), and what a submission can read and leave running on a
 #: node beside the shared file system. The others score what the grader's own sandbox decides
 #: (its process and disk limits, a restarted kernel), the same code on a node as here, inside
-#: the same cgroups "memory" meets there: the local batch grades them
-#: (tests/notebooks/test_grading_crafted.py) and the grading validation records them
-#: (bench/bench_validation.py).
+#: the same cgroups "memory" meets there: the grading validation grades them
+#: (bench/bench_validation.py, checked by tests/unit/test_validation.py).
 ON_NODES = (
     "loop",  # the cell timeout, stretched by the node's cores, within the element's --time
     "memory",  # the node's memory limit, inside the element's own --mem
     "mixed",  # the shared template restores its test cells; what it can read and leave running there
     "forged",  # the throughput test timed on the node (its timing lock, its cores), the reference beside it
 )
-# ("correct" is not graded again here: "forged" is the instructor's solution with a forged
-# figure, timed the same way, and the node's scores equal the local batch's for it)
+# ("correct" is not graded here: "forged" is the instructor's solution with a forged figure,
+# timed the same way)
 
 
 def autograde(cluster: slurm.SlurmCluster, root: Path, subs: Path, *extra: str, **kw):
@@ -135,10 +133,25 @@ def finished(proc, timeout: float) -> str:
     return out
 
 
-def outcome(result: dict) -> tuple:
-    """What grading decided: status, every test cell's status and score, the flags' kinds."""
-    cells = sorted((c["grade_id"], c["status"], c["score"]) for c in result["cells"])
-    return result["status"], cells, sorted({f["kind"] for f in result["flags"]} - crafted.NOISE_FLAGS)
+def outcome(result: dict, points: dict[str, float]) -> tuple:
+    """What grading decided: status, score, the test cells lost, the flags' kinds (less those only
+    an isolated sandbox raises, where it was not one)."""
+    cells = {c["grade_id"]: c for c in result.get("cells", [])}
+    assert sorted(cells) == sorted(points), sorted(cells)  # every test cell accounted for
+    flags = {f["kind"] for f in result.get("flags", [])} - crafted.NOISE_FLAGS
+    if not result["provenance"]["sandbox"].startswith("isolated"):
+        flags -= crafted.ISOLATED_ONLY
+    lost = sorted(g for g, c in cells.items() if c["status"] != "passed")
+    return result["status"], sum(c["score"] for c in cells.values()), lost, sorted(flags)
+
+
+def expected(student: str, points: dict[str, float], isolated: bool) -> tuple:
+    """What :func:`outcome` must be for a student of Lab 1's crafted class: crafted.CLASS_EXPECTED
+    (the grading validation's plan)."""
+    lost, flag = crafted.CLASS_EXPECTED[student]
+    lost = list(points) if lost == "all" else lost
+    flags = (set(flag) if isinstance(flag, tuple) else {flag} - {None}) - (set() if isolated else crafted.ISOLATED_ONLY)
+    return "graded", sum(points.values()) - sum(points[g] for g in lost), sorted(lost), sorted(flags)
 
 
 def stored(root: Path) -> dict[tuple[str, str], dict]:
@@ -156,17 +169,12 @@ def sandbox_cgroups() -> list[Path]:
     )
 
 
-@pytest.mark.timeout(1500)  # the local batch of the crafted class (once a session) and then this one
-def test_the_crafted_classes_grade_as_job_arrays_with_the_local_batchs_scores_and_flags(
-    crafted_class, cluster, tmp_path
-):
-    _, _, _, _, handed_in, graded_here, _ = crafted_class
-    assert set(ON_NODES) <= set(graded_here), sorted(graded_here)
-    local = {student: graded_here[student] for student in ON_NODES}
+@pytest.mark.timeout(1500)  # a hang guard: about 3 minutes on 2 cores
+def test_the_crafted_classes_grade_as_job_arrays_with_their_scores_and_flags(cluster, tmp_path):
     settings = crafted.settings_yaml({"interrupt_grace": 10}, {LAB1: crafted.CLASS_SETTINGS})
     root, subs = crafted.course(tmp_path, [LAB1, LAB2], settings)
-    for student in ON_NODES:  # Lab 1's class as the local batch graded it, where a node could change that
-        shutil.copytree(handed_in / student, subs / student)
+    for student in ON_NODES:  # Lab 1's class where a node could change what it gets (no attack on the grader)
+        crafted.write(crafted.CLASS[student], LAB1, subs, student=student, root=root)
     crafted.write("patchy", LAB2, subs, root=root)  # Lab 2's: handed in half done, the kernel killed
     # two of Lab 1's at a time, as the local batch ran them on this machine's two cores (three,
     # beside a busy core, took the memory filler's cell past a 20 s cell timeout)
@@ -174,17 +182,20 @@ def test_the_crafted_classes_grade_as_job_arrays_with_the_local_batchs_scores_an
     out = finished(proc, 1200)
     assert proc.returncode == 0, out
     got = stored(root)
-    assert set(got) == {(s, LAB1) for s in local} | {("patchy", LAB2)}, out
-    for student, result in local.items():
-        assert outcome(got[(student, LAB1)]) == outcome(result), (student, got[(student, LAB1)].get("log_tail"))
-        assert got[(student, LAB1)]["provenance"]["slurm"]["node"] in cluster.names[1:]
+    assert set(got) == {(s, LAB1) for s in ON_NODES} | {("patchy", LAB2)}, out
+    points = crafted.test_points(LAB1, root)
+    for student in ON_NODES:
+        result = got[(student, LAB1)]
+        isolated = result["provenance"]["sandbox"].startswith("isolated")
+        assert outcome(result, points) == expected(student, points, isolated), (student, result.get("log_tail"))
+        assert result["provenance"]["slurm"]["node"] in cluster.names[1:]
     plan, lab2 = crafted.PATCHY[LAB2], got[("patchy", LAB2)]
     assert sorted(c["grade_id"] for c in lab2["cells"] if c["status"] == "passed") == sorted(plan["passes"]), lab2
     assert {f["kind"] for f in lab2["flags"]} == {"kernel died"}, lab2["flags"]
     # merged into the one gradebook, with the progress per lab on the way
     scores = grading.export_grades(None, root).read_text()
-    assert all(f"{s},{LAB1}," in scores for s in local) and f"patchy,{LAB2}," in scores
-    assert f"{LAB1}: {len(local)} done, 0 running, 0 queued, 0 failed" in out
+    assert all(f"{s},{LAB1}," in scores for s in ON_NODES) and f"patchy,{LAB2}," in scores
+    assert f"{LAB1}: {len(ON_NODES)} done, 0 running, 0 queued, 0 failed" in out
     assert f"{LAB2}: 1 done, 0 running, 0 queued, 0 failed" in out
     assert not list((root / "slurm").glob("*")), "the batch's folder is removed once merged"
     assert cluster.jobs() == [] and cluster.leftovers() == {} and sandbox_cgroups() == []

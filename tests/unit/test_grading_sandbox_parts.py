@@ -141,7 +141,7 @@ def test_changed_and_deleted_cells_are_flagged_and_restored(tmp_path):
 
 
 def test_combined_kinds_spoil_each_its_own_cells(tmp_path):
-    """The crafted class combines kinds (tests/notebooks/test_grading_crafted.py): each is
+    """The crafted class combines kinds (tests/support/crafted.py CLASS): each is
     there as alone, and the accounting sees each of them."""
     release = crafted.paths(LAB)[1]
     both = _write(crafted.craft("tampered+deleted+leaks", LAB), tmp_path / "both.ipynb")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import crafted
+from support import class_checks, crafted
 
 from lab_utils.grading import layout, walkthrough
 
@@ -77,6 +77,17 @@ def test_every_labs_graded_solution_is_quiet_shows_its_figures_and_its_feedback_
         assert not facts["feedback_quotes_hidden_tests"], lab
         if lab in REFERENCE_LINES:
             assert any(re.match(REFERENCE_LINES[lab], x) for x in facts["reference_lines"]), (lab, facts)
+
+
+@pytest.mark.parametrize("check", list(class_checks.CHECKS))
+def test_grading_lab1s_crafted_class_left_what_it_must(data, check):
+    """What the suite checked by grading Lab 1's crafted class itself (5 minutes: issue 57),
+    checked by the bench right after it grades the same class (tests/support/class_checks.py),
+    within the inputs' hash: flags that say what happened, nothing read, quoted or left running,
+    the decoy as it was, every result kept."""
+    checks = data.get("class_checks", {}).get(crafted.CLASS_LAB)
+    assert checks is not None and set(checks) == set(class_checks.CHECKS), "python bench/bench_validation.py"
+    assert checks[check] == "", f"{check}: {checks[check]}"
 
 
 def test_it_covers_every_mutant(data):
