@@ -179,3 +179,30 @@ def test_a_recap_shows_as_its_table_and_records_its_figures_with_the_labs_own(tm
     assert json.loads(results.read_text()) == {"accuracy": 0.9, "examples_per_sec": None, "workers": 2}
     with pytest.raises(TypeError, match="takes numbers or strings"):
         made.record(runs=[1, 2])
+
+
+def test_each_lab_calls_its_own_recap_with_the_arguments_it_takes():
+    """A lab's last code cell calls recap.labN with what labN's signature asks for: every required
+    argument, no unknown one (what a papermill run would otherwise find at the end of the lab)."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "grading" / "source"
+    labs = sorted(p.name for p in root.iterdir() if p.is_dir())
+    for n, lab in enumerate(labs, start=1):
+        nb = json.loads((root / lab / f"{lab}.ipynb").read_text())
+        code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        calls = [
+            node
+            for node in ast.walk(ast.parse("\n".join(ln for ln in code.splitlines() if not ln.startswith(("%", "!")))))
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "recap"
+        ]
+        assert [c.func.attr for c in calls] == [f"lab{n}"], (lab, [c.func.attr for c in calls])
+        params = inspect.signature(getattr(recap, f"lab{n}")).parameters
+        given = {kw.arg for kw in calls[0].keywords} | set(list(params)[: len(calls[0].args)])
+        required = {name for name, p in params.items() if p.default is inspect.Parameter.empty}
+        assert required <= given <= set(params), (lab, sorted(required - given), sorted(given - set(params)))
