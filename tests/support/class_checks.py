@@ -64,13 +64,16 @@ class Graded:
         return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
 
     def kept_text(self, student: str) -> str:
-        """Everything the course keeps of ``student``'s grading that a person may read: the
-        autograded notebook and its files, the feedback, the result."""
-        texts = []
-        for folder in ("autograded", "feedback", "results"):
-            base = self.root / folder / student
-            texts += [html.unescape(f.read_text(errors="replace")) for f in sorted(base.rglob("*")) if f.is_file()]
-        return "\n".join(texts)
+        """Everything the course keeps of ``student``'s grading of this lab that a person may read:
+        the autograded notebook and its files, the feedback, the result. Of this lab only: where the
+        course grades every lab (the validation's), the student's other labs hold their own
+        solutions, rightly, and they are not what this class's attacks could have printed."""
+        files = [
+            *(self.root / "autograded" / student / LAB).rglob("*"),
+            *(self.root / "feedback" / student / LAB).rglob("*"),
+            *(self.root / "results" / student).glob(f"{LAB}.*"),
+        ]
+        return "\n".join(html.unescape(f.read_text(errors="replace")) for f in sorted(files) if f.is_file())
 
 
 def left_running(pid: int) -> list[str]:

@@ -50,3 +50,20 @@ def test_every_kind_the_checks_name_is_in_the_class():
         "flag",
         "tampered",
     } <= kinds
+
+
+def test_what_is_kept_of_a_student_is_this_labs_grading_only(tmp_path):
+    """In a course that grades every lab (the validation's), a student's other labs hold their own
+    solutions in their feedback, rightly: the quoting check reads this lab's grading only."""
+    g = graded(tmp_path)
+    lab, other = class_checks.LAB, "02_ps_async"
+    for folder, name in (("autograded", "x.ipynb"), ("feedback", "x.html")):
+        for which in (lab, other):
+            path = g.root / folder / "ann" / which / name
+            path.parent.mkdir(parents=True)
+            path.write_text(f"{folder} of {which} &amp; more")
+    (g.root / "results" / "ann").mkdir(parents=True)
+    for which in (lab, other):
+        (g.root / "results" / "ann" / f"{which}.json").write_text(f"result of {which}")
+    kept = g.kept_text("ann")
+    assert kept.count(lab) == 3 and other not in kept and "& more" in kept
