@@ -1,11 +1,14 @@
 # The course lab's entry points. A newcomer needs two:  make lab   and   make test
 # Everything runs from .venv, created on first use by scripts/setup.sh (idempotent).
+# STACK=next: every target on the next stack instead (Python 3.12, TensorFlow 2.21, in .venv-next;
+# scripts/stacks.sh names the stacks).
 SHELL := /bin/bash
-VENV  ?= .venv
+STACK ?= 2.15
+VENV  ?= $(if $(filter next,$(STACK)),.venv-next,.venv)
 PY    := $(VENV)/bin/python
 # the nbgrader course the instructor targets use (release, check-release, autograde, grades, feedback)
 COURSE ?= grading
-export VENV
+export VENV STACK
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lab lint test test-fast test-slow run release check-release student-repo autograde grades slides ta-pages walkthroughs feedback doctor bench lock clean
@@ -13,7 +16,7 @@ export VENV
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
 
-setup:  ## create .venv with the pinned stack and Horovod (GPU=1 for CUDA; PYTHON=... to choose python3.11)
+setup:  ## create .venv with the pinned stack and Horovod (GPU=1 for CUDA; PYTHON=... to choose python3.11; STACK=next: Python 3.12, TF 2.21 in .venv-next)
 	@bash scripts/setup.sh
 
 lab:  ## start JupyterLab on the student notebooks (PORT=, IP=, NOTEBOOKS= optional)
@@ -75,7 +78,7 @@ bench: setup  ## run the benchmarks (JSON in bench/results/)
 	@set -e; for b in bench/bench_*.py; do n=$$(basename $$b .py); echo "==> $$n"; \
 	  $(PY) $$b | tee bench/results/$$n.json; done
 
-lock:  ## resolve requirements/base.in + dev.in into requirements/constraints.txt, keeping locked versions (UPGRADE=1: all newest; needs python3.11)
+lock:  ## resolve requirements/base.in + dev.in into requirements/constraints.txt, keeping locked versions (UPGRADE=1: all newest; STACK=next: constraints-next.txt)
 	@UPGRADE=$(UPGRADE) bash scripts/lock.sh
 
 clean:  ## remove run outputs, logs and course state (keeps .venv)

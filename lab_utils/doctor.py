@@ -24,7 +24,15 @@ from pathlib import Path
 from lab_utils import resources
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
-TF_VERSION = "2.15.1"
+#: the course's stacks, as scripts/stacks.sh names them (a unit test keeps the two equal): the
+#: Python each is built for, its TensorFlow, and whether its processes need TF_USE_LEGACY_KERAS=1
+#: (TF 2.16+ ship Keras 3, which Horovod's DistributedGradientTape cannot use: horovod#4290)
+STACKS = {
+    "2.15": {"python": "3.11", "tensorflow": "2.15.1", "legacy_keras": False},
+    "next": {"python": "3.12", "tensorflow": "2.21.0", "legacy_keras": True},
+}
+DEFAULT_STACK = "2.15"
+TF_VERSION = STACKS[DEFAULT_STACK]["tensorflow"]
 GiB = 1024**3
 # One TensorFlow process costs about 0.4 GB; 1 PS + 2 workers plus the kernel about 2 GB.
 MEM_FAIL_BYTES = int(1.5 * GiB)
@@ -48,30 +56,59 @@ def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def stack_of(version_info=sys.version_info) -> str | None:
+    """The course's stack built for this Python, or None when none is."""
+    minor = f"{version_info[0]}.{version_info[1]}"
+    return next((name for name, stack in STACKS.items() if stack["python"] == minor), None)
+
+
+def _make(target: str, stack: str) -> str:
+    return f"`make {target}`" if stack == DEFAULT_STACK else f"`make {target} STACK={stack}`"
+
+
 def check_python(version_info=sys.version_info) -> Check:
     v = f"{version_info[0]}.{version_info[1]}.{version_info[2]} ({sys.executable})"
-    if tuple(version_info[:2]) == (3, 11):
-        return Check("Python", OK, v)
+    stack = stack_of(version_info)
+    if stack is not None:
+        return Check("Python", OK, f"{v}: the {stack} stack (TensorFlow {STACKS[stack]['tensorflow']})")
+    ways = "; ".join(f"Python {s['python']}: {_make('setup', name)}" for name, s in STACKS.items())
     return Check(
         "Python",
         FAIL,
         v,
-        "TensorFlow 2.15 + Horovod 0.28.1 need Python 3.11: run `make setup` "
-        "(it finds python3.11) or `conda env create -f environment.yml`",
+        f"no stack of the course runs on Python {version_info[0]}.{version_info[1]} ({ways}). "
+        "`make setup` finds or downloads the Python it needs; or `conda env create -f environment.yml`",
     )
 
 
-def check_tensorflow(importer=importlib.import_module) -> list[Check]:
+def check_legacy_keras(env=None, version_info=sys.version_info) -> Check | None:
+    """A stack on TF 2.16+ needs TF_USE_LEGACY_KERAS=1 in every process (its venv's .pth sets it)."""
+    env = os.environ if env is None else env
+    stack = stack_of(version_info)
+    if stack is None or not STACKS[stack]["legacy_keras"]:
+        return None
+    if env.get("TF_USE_LEGACY_KERAS") == "1":
+        return Check("Keras", OK, "tf-keras (Keras 2): TF_USE_LEGACY_KERAS=1")
+    return Check(
+        "Keras",
+        FAIL,
+        f"TF_USE_LEGACY_KERAS={env.get('TF_USE_LEGACY_KERAS', '(unset)')}: Keras 3, which Horovod cannot use",
+        f"run the labs from the venv {_make('setup', stack)} made (its Python sets TF_USE_LEGACY_KERAS=1), "
+        "or export TF_USE_LEGACY_KERAS=1",
+    )
+
+
+def check_tensorflow(importer=importlib.import_module, version_info=sys.version_info) -> list[Check]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    stack = stack_of(version_info) or DEFAULT_STACK
+    want = STACKS[stack]["tensorflow"]
     try:
         tf = importer("tensorflow")
     except ImportError as exc:
-        return [
-            Check("TensorFlow", FAIL, f"not importable: {exc}", "run `make setup` (installs tensorflow-cpu==2.15.1)")
-        ]
+        return [Check("TensorFlow", FAIL, f"not importable: {exc}", f"run {_make('setup', stack)} (installs {want})")]
     version = getattr(tf, "__version__", "?")
     rows = []
-    if version == TF_VERSION:
+    if version == want:
         rows.append(Check("TensorFlow", OK, version))
     else:
         rows.append(
@@ -79,7 +116,8 @@ def check_tensorflow(importer=importlib.import_module) -> list[Check]:
                 "TensorFlow",
                 WARN,
                 version,
-                f"the labs are pinned to {TF_VERSION} (Horovod 0.28.1 breaks on TF 2.16+): reinstall with `make setup`",
+                f"the {stack} stack is pinned to {want} (Horovod 0.28.1 is built against it): "
+                f"reinstall with {_make('setup', stack)}",
             )
         )
     devices = [f"{d.device_type}:{d.name.rsplit(':', 1)[-1]}" for d in tf.config.list_physical_devices()]
@@ -283,6 +321,9 @@ def run_checks(env=None, root="/") -> list[Check]:
     rows = [check_python()]
     tf_rows = check_tensorflow()
     rows += tf_rows
+    keras = check_legacy_keras()
+    if keras is not None:
+        rows.append(keras)
     tf_gpus = None
     if tf_rows[0].status != FAIL:
         import tensorflow as tf

@@ -3,11 +3,19 @@
 # environment, with TensorFlow, Gloo and MPI (and NCCL when GPU=1), then verify it.
 # Called by scripts/setup.sh (.venv), binder/postBuild and the conda path of the README:
 #   bash scripts/build-horovod.sh "$(command -v python)"
+# HOROVOD_CONSTRAINTS: the lock to install with (default requirements/constraints.txt).
+# HOROVOD_PATCH (STACK=next, scripts/stacks.sh): a patch to the release's source. The sdist is
+# patched and built into a wheel kept in ~/.cache/dl-labs/horovod/<key> (HOROVOD_WHEEL_CACHE), the
+# key being the patch, Python's, TensorFlow's and MPI's versions and GPU: the next setup of the same
+# stack installs that wheel instead of building again (pip's own cache holds only wheels of
+# unmodified sources).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${1:?usage: build-horovod.sh PYTHON}
 GPU=${GPU:-0}
 LOG=${HOROVOD_BUILD_LOG:-$("$PY" -c 'import sys; print(sys.prefix)')/horovod-build.log}
+CONSTRAINTS=${HOROVOD_CONSTRAINTS:-$ROOT/requirements/constraints.txt}
+PATCH=${HOROVOD_PATCH:-}
 BIN=$(dirname "$PY")
 die() { printf 'build-horovod: %s\n' "$*" >&2; exit 1; }
 
@@ -19,13 +27,43 @@ if [ "$GPU" = 1 ]; then
   export HOROVOD_GPU_OPERATIONS=NCCL
   CACHE=(--no-cache-dir)   # never reuse a CPU-only wheel from pip's cache
 fi
+FAILED="the Horovod build failed (full log: $LOG). Usual causes: no C++ compiler (install g++),
+  no MPI headers (install libopenmpi-dev), or a TensorFlow other than the stack's installed
+  (scripts/stacks.sh)."
+PIP=("$PY" -m pip --disable-pip-version-check)
+
+# The release's sdist with $PATCH applied, built into a wheel in the cache (once per key)
+patched_wheel() {
+  local key wheels tmp
+  [ -f "$PATCH" ] || die "HOROVOD_PATCH=$PATCH: no such file"
+  key=$({ cat "$PATCH"; "$PY" -c 'import sys, tensorflow as tf; print(sys.version, tf.__version__)' 2>/dev/null
+          mpirun --version 2>/dev/null | head -n 1; echo "GPU=$GPU"; } | sha256sum | cut -c1-16)
+  wheels=${HOROVOD_WHEEL_CACHE:-${XDG_CACHE_HOME:-${HOME:?}/.cache}/dl-labs/horovod}/$key
+  if ! compgen -G "$wheels/horovod-0.28.1-*.whl" >/dev/null; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' RETURN
+    echo "==> building horovod==0.28.1 with $(basename "$PATCH") (about 9 minutes on 2 cores, once: the wheel is kept in $wheels; log: $LOG)" >&2
+    { "${PIP[@]}" download --no-deps --no-binary :all: -d "$tmp" "horovod==0.28.1" \
+        && tar xzf "$tmp"/horovod-0.28.1.tar.gz -C "$tmp" \
+        && patch -d "$tmp/horovod-0.28.1" -p1 --forward <"$PATCH" \
+        && "${PIP[@]}" wheel --no-deps --no-build-isolation -w "$tmp/wheel" "$tmp/horovod-0.28.1"; } >"$LOG" 2>&1 \
+      || { tail -n 25 "$LOG" >&2; die "$FAILED"; }
+    mkdir -p "$wheels" && mv "$tmp"/wheel/horovod-0.28.1-*.whl "$wheels/"
+  fi
+  compgen -G "$wheels/horovod-0.28.1-*.whl" | head -n 1
+}
+
 if ! "$PY" -c 'import horovod.tensorflow' >/dev/null 2>&1; then
-  echo "==> building horovod==0.28.1 (about 4 minutes on 2 cores; pip caches the wheel; log: $LOG)"
-  if ! "$PY" -m pip install --disable-pip-version-check "${CACHE[@]}" --no-build-isolation \
-       -c "$ROOT/requirements/constraints.txt" "horovod==0.28.1" >"$LOG" 2>&1; then
-    tail -n 25 "$LOG" >&2
-    die "the Horovod build failed (full log: $LOG). Usual causes: no C++ compiler (install g++),
-  no MPI headers (install libopenmpi-dev), or a TensorFlow other than 2.15.1 installed."
+  if [ -n "$PATCH" ]; then
+    WHEEL=$(patched_wheel)
+    echo "==> installing $WHEEL"
+    "${PIP[@]}" install -q -c "$CONSTRAINTS" "$WHEEL" >>"$LOG" 2>&1 || { tail -n 25 "$LOG" >&2; die "$FAILED"; }
+  else
+    echo "==> building horovod==0.28.1 (about 4 minutes on 2 cores; pip caches the wheel; log: $LOG)"
+    if ! "${PIP[@]}" install "${CACHE[@]}" --no-build-isolation -c "$CONSTRAINTS" "horovod==0.28.1" >"$LOG" 2>&1; then
+      tail -n 25 "$LOG" >&2
+      die "$FAILED"
+    fi
   fi
 fi
 CHECK=$("$PY" -m horovod.runner.launch --check-build 2>/dev/null) || die "horovodrun --check-build failed; see $LOG"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Print the path of a Python 3.11 for the course's .venv (scripts/setup.sh calls this).
+# Print the path of the Python the stack needs (scripts/stacks.sh: 3.11 for STACK=2.15, the
+# default, 3.12 for STACK=next) for its venv (scripts/setup.sh and lock.sh call this).
 #
 # TensorFlow 2.15.1 supports 3.9-3.11 and Horovod 0.28.1 is built against it, but Ubuntu 24.04
-# ships 3.12 and Debian 13 3.13. In order:
-#   1. $PYTHON, python3.11, python3 on PATH, when they are 3.11;
-#   2. a 3.11 that uv already knows (`uv python find 3.11`: its managed Pythons, PATH);
-#   3. otherwise uv's managed Python (`uv python install 3.11`, python-build-standalone: ~30 MB,
+# ships 3.12 and Debian 13 3.13. In order, for version V:
+#   1. $PYTHON, pythonV, python3 on PATH, when they are V;
+#   2. a V that uv already knows (`uv python find V`: its managed Pythons, PATH);
+#   3. otherwise uv's managed Python (`uv python install V`, python-build-standalone: ~30 MB,
 #      once, into ~/.local/share/uv), saying so in one line. uv itself comes from PyPI, installed
 #      by whatever python3 exists into $LABS_TOOLS_DIR (default .tools/, nothing system-wide).
 # Status lines go to stderr; stdout holds only the interpreter's path.
@@ -13,19 +14,21 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TOOLS=${LABS_TOOLS_DIR:-$ROOT/.tools}
+. "$ROOT/scripts/stacks.sh"
+V=$STACK_PYTHON
 
 die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
 say() { printf '==> %s\n' "$*" >&2; }
-is_py311() { "$1" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' >/dev/null 2>&1; }
+is_v() { "$1" -c "import sys; sys.exit(0 if sys.version_info[:2] == (${V%%.*}, ${V#*.}) else 1)" >/dev/null 2>&1; }
 
 MANUAL="Get it one of these ways, then run the same make command again:
-    uv:     pip install uv && uv python install 3.11 && make test PYTHON=\$(uv python find 3.11)
-    conda:  conda env create -f environment.yml && conda activate dl-labs   (no make needed)
-    pyenv:  pyenv install 3.11 && make test PYTHON=\$(pyenv root)/versions/3.11*/bin/python3.11
-    Debian/Ubuntu:  apt-get install python3.11 python3.11-venv python3.11-dev   (Ubuntu: deadsnakes PPA)"
+    uv:     pip install uv && uv python install $V && make test STACK=$STACK PYTHON=\$(uv python find $V)
+    conda:  conda env create -f environment.yml && conda activate dl-labs   (no make needed; STACK=2.15)
+    pyenv:  pyenv install $V && make test STACK=$STACK PYTHON=\$(pyenv root)/versions/$V*/bin/python$V
+    Debian/Ubuntu:  apt-get install python$V python$V-venv python$V-dev   (Ubuntu: deadsnakes PPA)"
 
-for cand in ${PYTHON:-} python3.11 python3; do
-  if command -v "$cand" >/dev/null 2>&1 && is_py311 "$cand"; then command -v "$cand"; exit 0; fi
+for cand in ${PYTHON:-} "python$V" python3; do
+  if command -v "$cand" >/dev/null 2>&1 && is_v "$cand"; then command -v "$cand"; exit 0; fi
 done
 
 # uv on PATH, or the one an earlier run installed; else install it with any python3 (a venv
@@ -37,7 +40,7 @@ find_uv() {
   done
   py=$(command -v python3 2>/dev/null || command -v python 2>/dev/null || true)
   [ -n "$py" ] || return 1
-  say "installing uv from PyPI with $py into $TOOLS (to get Python 3.11)"
+  say "installing uv from PyPI with $py into $TOOLS (to get Python $V)"
   if "$py" -m venv "$TOOLS/uv" >/dev/null 2>&1 && "$TOOLS/uv/bin/python" -m pip install -q uv >&2 \
      && [ -x "$TOOLS/uv/bin/uv" ]; then
     printf '%s\n' "$TOOLS/uv/bin/uv"; return 0
@@ -50,16 +53,16 @@ find_uv() {
   return 1
 }
 
-UV=$(find_uv) || die "Python 3.11 is needed (TensorFlow 2.15.1 supports 3.9-3.11 and Horovod 0.28.1 is built against it), none found${PYTHON:+ (PYTHON=$PYTHON is not 3.11)}, and uv could not be installed to get one.
+UV=$(find_uv) || die "Python $V is needed (the $STACK stack: TensorFlow $TF_VERSION, with Horovod $HOROVOD_VERSION built against it), none found${PYTHON:+ (PYTHON=$PYTHON is not $V)}, and uv could not be installed to get one.
   $MANUAL"
 
-if PY=$("$UV" python find 3.11 2>/dev/null) && is_py311 "$PY"; then
-  say "Python 3.11 found by uv: $PY"
+if PY=$("$UV" python find "$V" 2>/dev/null) && is_v "$PY"; then
+  say "Python $V found by uv: $PY"
 else
-  say "no Python 3.11 on PATH${PYTHON:+ (PYTHON=$PYTHON is not 3.11)}: getting one with uv (uv python install 3.11, about 30 MB, once)"
-  "$UV" python install 3.11 >&2 || die "uv python install 3.11 failed (see above).
+  say "no Python $V on PATH${PYTHON:+ (PYTHON=$PYTHON is not $V)}: getting one with uv (uv python install $V, about 30 MB, once)"
+  "$UV" python install "$V" >&2 || die "uv python install $V failed (see above).
   $MANUAL"
-  PY=$("$UV" python find 3.11) || die "uv installed Python 3.11 but cannot find it"
-  is_py311 "$PY" || die "uv's Python ($PY) is not 3.11"
+  PY=$("$UV" python find "$V") || die "uv installed Python $V but cannot find it"
+  is_v "$PY" || die "uv's Python ($PY) is not $V"
 fi
 printf '%s\n' "$PY"

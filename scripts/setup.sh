@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Create .venv with the pinned stack and a Horovod built against it. Idempotent.
+# Create the stack's venv with the pinned stack and a Horovod built against it. Idempotent.
 #
-#   scripts/setup.sh            # CPU (tensorflow-cpu==2.15.1)
+#   scripts/setup.sh            # CPU (tensorflow-cpu==2.15.1), in .venv
 #   GPU=1 scripts/setup.sh      # tensorflow[and-cuda]==2.15.1 and Horovod with NCCL
 #   PYTHON=/path/to/python3.11 scripts/setup.sh
-#   (no Python 3.11 on the machine: scripts/find-python.sh gets one with uv, saying so)
+#   STACK=next scripts/setup.sh # Python 3.12, TensorFlow 2.21.0 + tf-keras, in .venv-next
+#   (no Python of the stack's version on the machine: scripts/find-python.sh gets one with uv,
+#   saying so; the stacks are named in scripts/stacks.sh)
 #
 # The environment counts as complete only when the stamp file is written, as the very
 # last step, after Horovod imports and reports TensorFlow, MPI and Gloo. A failed or
@@ -13,15 +15,14 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-VENV=${VENV:-$ROOT/.venv}
+. "$ROOT/scripts/stacks.sh"
+VENV=${VENV:-$ROOT/$STACK_VENV}
 GPU=${GPU:-0}
 STAMP=$VENV/.labs-setup-stamp
-CONSTRAINTS=$ROOT/requirements/constraints.txt
+CONSTRAINTS=$ROOT/$STACK_LOCK
 # The test tools, where this checkout has the tests (the public student repository has neither)
 DEV=(); [ -f "$ROOT/requirements/dev.in" ] && DEV=("$ROOT/requirements/dev.in")
 TESTS=0; [ -d "$ROOT/tests" ] && TESTS=1
-TF_VERSION=2.15.1
-HOROVOD_VERSION=0.28.1
 
 die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
 say() { printf '==> %s\n' "$*"; }
@@ -31,24 +32,27 @@ case "$GPU" in 0|1) ;; *) die "GPU must be 0 or 1, got GPU=$GPU" ;; esac
 fingerprint() {
   { cat "$CONSTRAINTS" "$ROOT/requirements/base.in" "${DEV[@]}" "$ROOT/pyproject.toml" "$0" \
       "$ROOT/scripts/build-horovod.sh" "$ROOT/scripts/jupyterlab-overrides.json" \
-      "$ROOT/slides/package-lock.json"; echo "GPU=$GPU"; } | sha256sum | cut -d' ' -f1
+      "$ROOT/slides/package-lock.json" "$ROOT/scripts/stacks.sh" ${HOROVOD_PATCH:+"$ROOT/$HOROVOD_PATCH"}
+    echo "GPU=$GPU STACK=$STACK"; } | sha256sum | cut -d' ' -f1
 }
 WANT=$(fingerprint)
 
 # Fast path: nothing changed since the last complete setup (no Python start-up, no imports).
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ] \
-   && compgen -G "$VENV/lib/python3.11/site-packages/horovod/tensorflow/mpi_lib*.so" >/dev/null; then
+   && compgen -G "$VENV/lib/python$STACK_PYTHON/site-packages/horovod/tensorflow/mpi_lib*.so" >/dev/null; then
   say "environment up to date ($VENV)"
   exit 0
 fi
 
-# ---- Python 3.11 -------------------------------------------------------------------
+[ -f "$CONSTRAINTS" ] || die "no lock for STACK=$STACK ($STACK_LOCK): make it with make lock STACK=$STACK"
+
+# ---- Python 3.11 (3.12 for STACK=next) -----------------------------------------------
 # On PATH, or from uv's managed Pythons when the system has none (scripts/find-python.sh)
-is_py311() { "$1" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null; }
+is_stack_py() { "$1" -c "import sys; sys.exit(0 if sys.version_info[:2] == (${STACK_PYTHON%%.*}, ${STACK_PYTHON#*.}) else 1)" 2>/dev/null; }
 PY=$(bash "$ROOT/scripts/find-python.sh") || exit 1
-"$PY" -c 'import venv, ensurepip' 2>/dev/null || die "$PY lacks venv/ensurepip: install python3.11-venv"
+"$PY" -c 'import venv, ensurepip' 2>/dev/null || die "$PY lacks venv/ensurepip: install python$STACK_PYTHON-venv"
 INCLUDE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-[ -f "$INCLUDE/Python.h" ] || die "Python headers missing ($INCLUDE/Python.h), needed to build Horovod: install python3.11-dev"
+[ -f "$INCLUDE/Python.h" ] || die "Python headers missing ($INCLUDE/Python.h), needed to build Horovod: install python$STACK_PYTHON-dev"
 
 # ---- System tools Horovod and mpi4py build against ---------------------------------
 need_apt=()
@@ -134,8 +138,8 @@ fi
 
 # ---- The virtual environment -------------------------------------------------------
 rm -f "$STAMP"
-if [ -x "$VENV/bin/python" ] && ! is_py311 "$VENV/bin/python"; then
-  say "$VENV is not Python 3.11: recreating it"; rm -rf "$VENV"
+if [ -x "$VENV/bin/python" ] && ! is_stack_py "$VENV/bin/python"; then
+  say "$VENV is not Python $STACK_PYTHON: recreating it"; rm -rf "$VENV"
 fi
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating $VENV with $PY"
@@ -146,15 +150,30 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q -c "$CONSTRAINTS" pip setuptools wheel
 
 if [ "$GPU" = 1 ]; then TF_REQ="tensorflow[and-cuda]==$TF_VERSION"; else TF_REQ="tensorflow-cpu==$TF_VERSION"; fi
-say "installing $TF_REQ and the pinned stack (requirements/constraints.txt)"
+say "installing $TF_REQ and the pinned stack ($STACK_LOCK)"
 DEV_REQ=(); [ ${#DEV[@]} -eq 0 ] || DEV_REQ=(-r "${DEV[0]}")
 "${PIP[@]}" install -q -c "$CONSTRAINTS" -r "$ROOT/requirements/base.in" "${DEV_REQ[@]}" "$TF_REQ"
+if [ -n "$TF_KERAS_VERSION" ]; then
+  # tf-keras's one requirement is the `tensorflow` wheel, which would land beside tensorflow-cpu
+  # in the same package folder: it is installed without its dependencies, TensorFlow being here
+  "${PIP[@]}" install -q --no-deps -c "$CONSTRAINTS" "tf-keras==$TF_KERAS_VERSION"
+fi
+# Every process this venv's Python starts (the kernel, each task, each rank) gets the stack's Keras,
+# whatever it inherited: TF 2.16+ Keras 2 from tf-keras (TF_USE_LEGACY_KERAS=1), not Keras 3; TF 2.15
+# its own Keras 2 (the variable unset: 2.15 would look for tf-keras, which that stack has not).
+SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if [ "$LEGACY_KERAS" = 1 ]; then
+  echo 'import os; os.environ["TF_USE_LEGACY_KERAS"] = "1"  # the course lab: scripts/stacks.sh' >"$SITE/labs-keras.pth"
+else
+  echo 'import os; os.environ.pop("TF_USE_LEGACY_KERAS", None)  # the course lab: scripts/stacks.sh' >"$SITE/labs-keras.pth"
+fi
 "${PIP[@]}" install -q --no-deps -e "$ROOT"
 # JupyterLab opens Markdown files rendered (the course map, labs/README.md), not in the editor
 install -D -m 0644 "$ROOT/scripts/jupyterlab-overrides.json" "$VENV/share/jupyter/lab/settings/overrides.json"
 
 # ---- Horovod, built against the TensorFlow just installed --------------------------
-GPU=$GPU HOROVOD_BUILD_LOG=$VENV/horovod-build.log bash "$ROOT/scripts/build-horovod.sh" "$VENV/bin/python"
+GPU=$GPU HOROVOD_BUILD_LOG=$VENV/horovod-build.log HOROVOD_CONSTRAINTS=$CONSTRAINTS \
+  HOROVOD_PATCH=${HOROVOD_PATCH:+$ROOT/$HOROVOD_PATCH} bash "$ROOT/scripts/build-horovod.sh" "$VENV/bin/python"
 
 fingerprint >"$STAMP"
 say "environment ready: $VENV (check it with: make doctor)"

@@ -7,7 +7,8 @@
 # Both build Horovod 0.28.1 (its last release) from source with Gloo and MPI; `next` applies
 # scripts/horovod-next/tf2.21.patch first. TF 2.16+ ship Keras 3, whose variables lack the `.ref()`
 # Horovod's DistributedGradientTape calls (horovod#4290): on `next`, every process the venv's Python
-# starts (the kernel, each task, each rank) sets TF_USE_LEGACY_KERAS=1, by a .pth line setup writes.
+# starts (the kernel, each task, each rank) sets TF_USE_LEGACY_KERAS=1, by a .pth line setup writes
+# (on 2.15, the same line unsets it: a process of one stack started from the other's runs right).
 # numpy stays 1.x and pandas 2.x on both (requirements/base.in), so that no number a student sees
 # changes with the stack.
 STACK=${STACK:-2.15}

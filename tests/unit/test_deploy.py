@@ -67,22 +67,26 @@ def test_every_way_in_installs_the_same_locked_stack():
         "conda": ROOT / "environment.yml",
         "student image": DEPLOY / "student" / "Dockerfile",
     }
+    # make setup's stack, by default: its entry in scripts/stacks.sh (setup.sh sources it)
+    stacks = (ROOT / "scripts" / "stacks.sh").read_text()
+    default = stacks[stacks.index("\n  2.15)") :].split(";;", 1)[0]
     for way, path in ways.items():
-        text = path.read_text()
+        text = path.read_text() + (default if way == "make setup" else "")
         assert "constraints.txt" in text and "base.in" in text, f"{way} ({path.name}) does not install the lock"
         pins = set(re.findall(r"tensorflow(?:-cpu|\[and-cuda\])?==([\d.]+)", text)) | set(
             re.findall(r"TF_VERSION=([\d.]+)", text)
         )
         assert pins == {TF_PIN}, f"{way} pins TensorFlow {pins}"
         assert "dev.in" not in text or way == "make setup", f"{way} installs the test tools"
-    locked = {
-        line.split("==")[0].lower().replace("_", "-")
-        for line in (ROOT / "requirements/constraints.txt").read_text().splitlines()
-        if "==" in line
-    }
-    for name in ("base.in", "dev.in"):
-        missing = _requirement_names(ROOT / "requirements" / name) - locked
-        assert not missing, f"requirements/{name} names {missing}, which the lock does not pin: run make lock"
+    for lock, make in (("constraints.txt", "make lock"), ("constraints-next.txt", "make lock STACK=next")):
+        locked = {
+            line.split("==")[0].lower().replace("_", "-")
+            for line in (ROOT / "requirements" / lock).read_text().splitlines()
+            if "==" in line
+        }
+        for name in ("base.in", "dev.in"):
+            missing = _requirement_names(ROOT / "requirements" / name) - locked
+            assert not missing, f"requirements/{name} names {missing}, which {lock} does not pin: run {make}"
 
 
 #: the oldest Python 3.11 the course runs on: Debian 12's python3.11 (scripts/find-python.sh takes it)

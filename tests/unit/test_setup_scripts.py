@@ -5,6 +5,8 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -119,6 +121,79 @@ def test_setup_rejects_bad_gpu_flag(tmp_path):
     env = dict(os.environ, GPU="yes", VENV=str(tmp_path / "venv"))
     proc = subprocess.run(["bash", str(ROOT / "scripts/setup.sh")], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "GPU must be 0 or 1" in proc.stderr
+
+
+def _stack(name: str) -> dict:
+    """scripts/stacks.sh's settings for stack ``name``."""
+    names = ("STACK_PYTHON", "TF_VERSION", "TF_KERAS_VERSION", "STACK_VENV", "STACK_LOCK", "HOROVOD_PATCH")
+    show = "; ".join(f'echo "{n}=${n}"' for n in ("HOROVOD_VERSION", *names))
+    proc = subprocess.run(
+        ["bash", "-c", f'. "{ROOT}/scripts/stacks.sh" && {show}'],
+        env={"PATH": "/usr/bin:/bin", "STACK": name},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines())
+
+
+@pytest.mark.parametrize("name", ["2.15", "next"])
+def test_each_stack_has_its_lock_its_venv_and_its_horovod_patch(name):
+    """What stacks.sh names exists and agrees with the stack's lock: the TensorFlow, the tf-keras
+    and the Horovod that setup installs are the locked ones."""
+    stack = _stack(name)
+    lock = (ROOT / stack["STACK_LOCK"]).read_text().splitlines()
+    pins = {}
+    for line in lock:
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==", 1)
+            assert name.lower().replace("_", "-") not in pins, f"{name} is locked twice"
+            pins[name.lower().replace("_", "-")] = version
+    assert pins["tensorflow-cpu"] == stack["TF_VERSION"]
+    assert pins["horovod"] == stack["HOROVOD_VERSION"]
+    assert pins.get("tf-keras", "") == stack["TF_KERAS_VERSION"]
+    assert pins["numpy"].startswith("1."), "numpy 1.x on every stack: the numbers students see do not move"
+    assert f"Python {stack['STACK_PYTHON']}" in "\n".join(lock[:4])  # the header says which Python
+    if stack["HOROVOD_PATCH"]:
+        assert (ROOT / stack["HOROVOD_PATCH"]).is_file()
+    assert stack["STACK_VENV"] in (ROOT / ".gitignore").read_text().splitlines() or (
+        f"{stack['STACK_VENV']}/" in (ROOT / ".gitignore").read_text().splitlines()
+    )
+
+
+def test_the_default_stack_is_215_and_an_unknown_one_is_refused(tmp_path):
+    default = _stack("")  # no STACK given
+    assert default == _stack("2.15") and (default["TF_VERSION"], default["STACK_VENV"]) == ("2.15.1", ".venv")
+    env = dict(os.environ, STACK="2.16", VENV=str(tmp_path / "venv"))
+    proc = subprocess.run(["make", "-s", "-C", str(ROOT), "setup"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "STACK=2.16: no such stack" in proc.stderr and "STACK=next" in proc.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+def test_make_runs_the_next_stack_from_its_own_venv():
+    proc = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "test-fast", "STACK=next"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert ".venv-next/bin/python -m pytest" in proc.stdout
+    default = subprocess.run(["make", "-n", "-C", str(ROOT), "test-fast"], capture_output=True, text=True, timeout=60)
+    assert ".venv/bin/python -m pytest" in default.stdout
+
+
+def test_without_python312_the_next_stack_explains_and_builds_nothing(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("python3.12", "python3"):
+        _fake_python(bindir, name, "3.11")
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "VENV": str(tmp_path / "venv"), "HOME": str(tmp_path)}
+    env.update(STACK="next", LABS_TOOLS_DIR=str(tmp_path / "tools"))
+    proc = subprocess.run(["bash", str(ROOT / "scripts/setup.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "Python 3.12 is needed (the next stack: TensorFlow 2.21.0" in proc.stderr, proc.stderr
+    assert "pyenv install 3.12" in proc.stderr and "STACK=next" in proc.stderr
+    assert not (tmp_path / "venv").exists()
 
 
 def test_bad_port_fails_before_any_setup(tmp_path):
