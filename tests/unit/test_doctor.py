@@ -5,6 +5,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from support import stacks
+
 from lab_utils import doctor as d
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "cgroup"
@@ -27,26 +29,14 @@ def test_python_version_names_the_stack_or_says_what_to_do():
 
 def test_the_doctors_stacks_are_the_ones_setup_builds():
     """lab_utils.doctor.STACKS and scripts/stacks.sh name the same stacks, Pythons and TensorFlows."""
-    root = Path(__file__).resolve().parents[2]
     for name, stack in d.STACKS.items():
-        show = 'echo "$STACK_PYTHON $TF_VERSION $LEGACY_KERAS"'
-        proc = subprocess.run(
-            ["bash", "-c", f'. "{root}/scripts/stacks.sh" && {show}'],
-            env={"PATH": "/usr/bin:/bin", "STACK": name},
-            capture_output=True,
-            text=True,
-            timeout=30,
+        made = stacks.stack(name)
+        assert (made["STACK_PYTHON"], made["TF_VERSION"], made["LEGACY_KERAS"]) == (
+            stack["python"],
+            stack["tensorflow"],
+            str(int(stack["legacy_keras"])),
         )
-        assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.split() == [stack["python"], stack["tensorflow"], str(int(stack["legacy_keras"]))]
-    default = subprocess.run(
-        ["bash", "-c", f'. "{root}/scripts/stacks.sh" && echo "$STACK"'],
-        env={"PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert default.stdout.strip() == d.DEFAULT_STACK
+    assert stacks.stack(None)["STACK"] == d.DEFAULT_STACK
 
 
 def test_the_next_stack_needs_legacy_keras_and_the_215_stack_does_not():

@@ -6,6 +6,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support import stacks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,16 +17,20 @@ def _fake_python(bindir: Path, name: str, version: str):
     p.chmod(0o755)
 
 
-def test_setup_without_python311_explains_and_builds_nothing(tmp_path):
+@pytest.mark.parametrize("stack", ["2.15", "next"])
+def test_setup_without_the_stacks_python_explains_and_builds_nothing(tmp_path, stack):
+    want = stacks.stack(stack)
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for name in ("python3.11", "python3"):
+    for name in (f"python{want['STACK_PYTHON']}", "python3"):
         _fake_python(bindir, name, "3.10")
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "VENV": str(tmp_path / "venv"), "HOME": str(tmp_path)}
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "VENV": str(tmp_path / "venv"), "HOME": str(tmp_path), "STACK": stack}
     env["LABS_TOOLS_DIR"] = str(tmp_path / "tools")  # no python3 can install uv there: the manual ways
     proc = subprocess.run(["bash", str(ROOT / "scripts/setup.sh")], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
-    assert "Python 3.11 is needed" in proc.stderr and "pyenv" in proc.stderr and "conda" in proc.stderr
+    needed = f"Python {want['STACK_PYTHON']} is needed (the {stack} stack: TensorFlow {want['TF_VERSION']}"
+    assert needed in proc.stderr and f"pyenv install {want['STACK_PYTHON']}" in proc.stderr, proc.stderr
+    assert "conda" in proc.stderr and f"STACK={stack}" in proc.stderr
     assert "uv could not be installed" in proc.stderr
     assert not (tmp_path / "venv").exists() and not (tmp_path / "tools" / "uv").exists()
 
@@ -123,26 +128,11 @@ def test_setup_rejects_bad_gpu_flag(tmp_path):
     assert proc.returncode != 0 and "GPU must be 0 or 1" in proc.stderr
 
 
-def _stack(name: str) -> dict:
-    """scripts/stacks.sh's settings for stack ``name``."""
-    names = ("STACK_PYTHON", "TF_VERSION", "TF_KERAS_VERSION", "STACK_VENV", "STACK_LOCK", "HOROVOD_PATCH")
-    show = "; ".join(f'echo "{n}=${n}"' for n in ("HOROVOD_VERSION", *names))
-    proc = subprocess.run(
-        ["bash", "-c", f'. "{ROOT}/scripts/stacks.sh" && {show}'],
-        env={"PATH": "/usr/bin:/bin", "STACK": name},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return dict(line.split("=", 1) for line in proc.stdout.splitlines())
-
-
 @pytest.mark.parametrize("name", ["2.15", "next"])
 def test_each_stack_has_its_lock_its_venv_and_its_horovod_patch(name):
     """What stacks.sh names exists and agrees with the stack's lock: the TensorFlow, the tf-keras
     and the Horovod that setup installs are the locked ones."""
-    stack = _stack(name)
+    stack = stacks.stack(name)
     lock = (ROOT / stack["STACK_LOCK"]).read_text().splitlines()
     pins = {}
     for line in lock:
@@ -163,8 +153,8 @@ def test_each_stack_has_its_lock_its_venv_and_its_horovod_patch(name):
 
 
 def test_the_default_stack_is_215_and_an_unknown_one_is_refused(tmp_path):
-    default = _stack("")  # no STACK given
-    assert default == _stack("2.15") and (default["TF_VERSION"], default["STACK_VENV"]) == ("2.15.1", ".venv")
+    default = stacks.stack(None)
+    assert default == stacks.stack("2.15") and (default["TF_VERSION"], default["STACK_VENV"]) == ("2.15.1", ".venv")
     env = dict(os.environ, STACK="2.16", VENV=str(tmp_path / "venv"))
     proc = subprocess.run(["make", "-s", "-C", str(ROOT), "setup"], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
@@ -180,20 +170,6 @@ def test_make_runs_the_next_stack_from_its_own_venv():
     assert ".venv-next/bin/python -m pytest" in proc.stdout
     default = subprocess.run(["make", "-n", "-C", str(ROOT), "test-fast"], capture_output=True, text=True, timeout=60)
     assert ".venv/bin/python -m pytest" in default.stdout
-
-
-def test_without_python312_the_next_stack_explains_and_builds_nothing(tmp_path):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for name in ("python3.12", "python3"):
-        _fake_python(bindir, name, "3.11")
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "VENV": str(tmp_path / "venv"), "HOME": str(tmp_path)}
-    env.update(STACK="next", LABS_TOOLS_DIR=str(tmp_path / "tools"))
-    proc = subprocess.run(["bash", str(ROOT / "scripts/setup.sh")], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0
-    assert "Python 3.12 is needed (the next stack: TensorFlow 2.21.0" in proc.stderr, proc.stderr
-    assert "pyenv install 3.12" in proc.stderr and "STACK=next" in proc.stderr
-    assert not (tmp_path / "venv").exists()
 
 
 def test_bad_port_fails_before_any_setup(tmp_path):
