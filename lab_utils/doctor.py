@@ -102,8 +102,11 @@ def check_tensorflow(importer=importlib.import_module, version_info=sys.version_
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     stack = stack_of(version_info) or DEFAULT_STACK
     want = STACKS[stack]["tensorflow"]
+    from lab_utils.models import TF_IMPORT_NOISE, native_stderr_without  # as check_horovod's import
+
     try:
-        tf = importer("tensorflow")
+        with native_stderr_without(TF_IMPORT_NOISE):  # TF 2.16+'s notices at import (TF_CPP_MIN_LOG_LEVEL aside)
+            tf = importer("tensorflow")
     except ImportError as exc:
         return [Check("TensorFlow", FAIL, f"not importable: {exc}", f"run {_make('setup', stack)} (installs {want})")]
     version = getattr(tf, "__version__", "?")

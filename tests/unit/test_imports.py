@@ -31,3 +31,35 @@ def test_importing_a_package_s_modules_does_not_import_tensorflow(package):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]", f"importing {package}'s modules imported TensorFlow: {out.stdout}"
+
+
+def test_importing_tensorflow_through_lab_utils_writes_nothing_to_stderr():
+    """TF 2.16+ write absl's and oneDNN's notices to fd 2 at import whatever TF_CPP_MIN_LOG_LEVEL
+    says; a notebook shows them, and nbgrader scores a test cell 0 for them. import_tensorflow()
+    leaves none, on either stack."""
+    code = "from lab_utils.models import import_tensorflow\ntf = import_tensorflow()\nprint(tf.__version__)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr
+    assert proc.stderr == ""
+
+
+def test_the_native_stderr_filter_drops_the_noise_only(capfd):
+    import os
+    import re
+
+    from lab_utils.models import TF_IMPORT_NOISE, native_stderr_without
+
+    noise = (
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        "I0000 00:00:1796043912.387944   21614 port.cc:153] oneDNN custom operations are on. You may see\n"
+    )
+    with native_stderr_without(TF_IMPORT_NOISE):
+        os.write(2, noise.encode() + b"E0000 a real error, kept\n")
+        sys.stderr.write("a Python warning, kept\n")
+    with pytest.raises(ValueError), native_stderr_without(re.compile("never")):
+        os.write(2, b"written before the failure, kept\n")
+        raise ValueError("the block failed")
+    err = capfd.readouterr().err
+    assert "InitializeLog" not in err and "oneDNN" not in err
+    assert "E0000 a real error, kept\n" in err and "a Python warning, kept\n" in err
+    assert "written before the failure, kept\n" in err

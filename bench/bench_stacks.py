@@ -1,0 +1,154 @@
+"""Every lab's CI run on both of the course's stacks in one invocation (issue 56): the default
+(Python 3.11, TensorFlow 2.15.1, ``.venv``) and the next (Python 3.12, TensorFlow 2.21.0 with
+tf-keras, ``.venv-next``; ``make setup STACK=next`` builds it).
+
+For each lab: its status and wall time on each stack, and each number its run records
+(``<lab>.results.json``: accuracies, step times, speedups, byte ratios, the weights' differences)
+side by side with the relative difference. A number counts as moved when it differs by more than
+its tolerance: 0.01 absolute for an accuracy, 20 % for a time, a rate or a ratio of times (the
+issue's bound), 1e-5 absolute for a difference of weights, exact for the rest (counts, labels).
+Also each notebook's lines on stderr that a student would see (TensorFlow's start-up messages).
+
+    python bench/bench_stacks.py [--labs 01,04] [--out FILE]
+    python bench/bench_stacks.py --compare DIR_2.15 DIR_NEXT     # two run_labs --out folders
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from json_out import emit
+
+REPO = Path(__file__).resolve().parents[1]
+STACKS = {"2.15": REPO / ".venv", "next": REPO / ".venv-next"}
+TIME_TOLERANCE = 0.20
+ACCURACY_TOLERANCE = 0.01
+WEIGHTS_TOLERANCE = 1e-5
+
+
+def tolerance(key: str) -> tuple[str, float] | None:
+    """How a recorded number may move between the stacks: ("abs"|"rel", bound), None for exact."""
+    if "accuracy" in key:
+        return ("abs", ACCURACY_TOLERANCE)
+    if "diff" in key:
+        return ("abs", WEIGHTS_TOLERANCE)
+    if key.endswith(("_s", "per_sec", "_ratio")) or "speedup" in key or "over" in key:
+        return ("rel", TIME_TOLERANCE)
+    return None
+
+
+def compare_numbers(old: dict, new: dict) -> dict:
+    rows, moved = {}, []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        row = {"2.15": a, "next": b}
+        if isinstance(a, bool) or isinstance(b, bool) or not all(isinstance(v, int | float) for v in (a, b)):
+            same = a == b
+        else:
+            row["relative"] = (b - a) / abs(a) if a else (0.0 if b == a else math.inf)
+            kind = tolerance(key)
+            if kind is None:
+                same = a == b
+            elif kind[0] == "abs":
+                same = abs(b - a) <= kind[1]
+            else:
+                same = abs(row["relative"]) <= kind[1]
+        rows[key] = row
+        if not same:
+            moved.append(key)
+    return {"numbers": rows, "moved": moved}
+
+
+def stderr_lines(notebook: Path) -> list[str]:
+    """The lines a student sees on stderr in the executed notebook."""
+    nb = json.loads(notebook.read_text())
+    return [
+        line
+        for cell in nb["cells"]
+        if cell["cell_type"] == "code"
+        for out in cell.get("outputs", [])
+        if out.get("name") == "stderr"
+        for line in "".join(out.get("text", "")).splitlines()
+        if line.strip()
+    ]
+
+
+#: a summary row's fields that are not numbers of the lab
+NOT_NUMBERS = ("lab", "mode", "status", "wall_time_s", "error", "notebook")
+
+
+def recorded(folder: Path, row: dict) -> dict:
+    """What a lab's run records: its summary row's figures and its ``<lab>.results.json``."""
+    numbers = {k: v for k, v in row.items() if k not in NOT_NUMBERS}
+    results = folder / f"{row['lab']}.results.json"
+    return numbers | (json.loads(results.read_text()) if results.is_file() else {})
+
+
+def compare(dirs: dict[str, Path]) -> dict:
+    summaries = {name: json.loads((d / "summary.json").read_text()) for name, d in dirs.items()}
+    rows = {name: {r["lab"]: r for r in s} for name, s in summaries.items()}  # run_labs' summary: one row a lab
+    labs = {}
+    for lab in sorted(set(rows["2.15"]) & set(rows["next"])):
+        one = {name: rows[name][lab] for name in dirs}
+        entry = {
+            "status": {name: r.get("status") for name, r in one.items()},
+            "wall_s": {name: r["wall_time_s"] for name, r in one.items()},
+        }
+        entry.update(compare_numbers(*(recorded(dirs[name], one[name]) for name in ("2.15", "next"))))
+        entry["stderr_lines"] = {
+            name: len(stderr_lines(d / f"{lab}.ipynb")) if (d / f"{lab}.ipynb").is_file() else None
+            for name, d in dirs.items()
+        }
+        labs[lab] = entry
+    return {
+        "labs": labs,
+        "moved": {lab: e["moved"] for lab, e in labs.items() if e.get("moved")},
+        "all_ok": all(set(e["status"].values()) == {"ok"} for e in labs.values()),
+        "tolerances": {
+            "accuracy_abs": ACCURACY_TOLERANCE,
+            "time_rel": TIME_TOLERANCE,
+            "weights_abs": WEIGHTS_TOLERANCE,
+        },
+    }
+
+
+def run(stack: str, venv: Path, out: Path, labs: str) -> None:
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        sys.exit(f"bench_stacks: no {venv.name} for the {stack} stack: make setup STACK={stack}")
+    env = dict(os.environ, STACK=stack, LABS_OFFLINE="1")
+    cmd = [str(python), "-m", "lab_utils.run_labs", "--out", str(out), "--no-progress"]
+    proc = subprocess.run(cmd + (["--labs", labs] if labs else []), cwd=REPO, env=env, capture_output=True, text=True)
+    if not (out / "summary.json").is_file():
+        sys.exit(
+            f"bench_stacks: the {stack} stack's run wrote no summary (exit {proc.returncode}):\n{proc.stderr[-2000:]}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--labs", default="", help="comma-separated, e.g. 01,04 (default: all)")
+    parser.add_argument("--compare", nargs=2, metavar=("DIR_2_15", "DIR_NEXT"), help="compare two runs, run nothing")
+    parser.add_argument("--out", help="also write the JSON here")
+    opts = parser.parse_args()
+    if opts.compare:
+        emit(compare(dict(zip(("2.15", "next"), map(Path, opts.compare), strict=True))), opts.out)
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-stacks-") as tmp:
+        dirs = {name: Path(tmp) / name for name in STACKS}
+        for name, venv in STACKS.items():
+            run(name, venv, dirs[name], opts.labs)
+        emit(compare(dirs), opts.out)
+
+
+if __name__ == "__main__":
+    main()
