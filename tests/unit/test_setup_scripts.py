@@ -163,12 +163,20 @@ def test_the_default_stack_is_215_and_an_unknown_one_is_refused(tmp_path):
 
 
 def test_make_runs_the_next_stack_from_its_own_venv():
+    # as from a shell: not what `make test` exports to the tests (its VENV and STACK)
+    shell = {k: v for k, v in os.environ.items() if k not in ("VENV", "STACK", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     proc = subprocess.run(
-        ["make", "-n", "-C", str(ROOT), "test-fast", "STACK=next"], capture_output=True, text=True, timeout=60
+        ["make", "-n", "-C", str(ROOT), "test-fast", "STACK=next"],
+        env=shell,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert ".venv-next/bin/python -m pytest" in proc.stdout
-    default = subprocess.run(["make", "-n", "-C", str(ROOT), "test-fast"], capture_output=True, text=True, timeout=60)
+    default = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "test-fast"], env=shell, capture_output=True, text=True, timeout=60
+    )
     assert ".venv/bin/python -m pytest" in default.stdout
 
 
