@@ -152,10 +152,17 @@ def test_each_stack_has_its_lock_its_venv_and_its_horovod_patch(name):
     )
 
 
+def _shell(**extra: str) -> dict:
+    """The environment of make run from a shell: not what `make test STACK=...` hands the tests
+    (its VENV and STACK, and MAKEFLAGS, which carries a command line's STACK=next to any make)."""
+    drop = ("VENV", "STACK", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
+
+
 def test_the_default_stack_is_215_and_an_unknown_one_is_refused(tmp_path):
     default = stacks.stack(None)
     assert default == stacks.stack("2.15") and (default["TF_VERSION"], default["STACK_VENV"]) == ("2.15.1", ".venv")
-    env = dict(os.environ, STACK="2.16", VENV=str(tmp_path / "venv"))
+    env = _shell(STACK="2.16", VENV=str(tmp_path / "venv"))
     proc = subprocess.run(["make", "-s", "-C", str(ROOT), "setup"], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "STACK=2.16: no such stack" in proc.stderr and "STACK=next" in proc.stderr
@@ -163,8 +170,7 @@ def test_the_default_stack_is_215_and_an_unknown_one_is_refused(tmp_path):
 
 
 def test_make_runs_the_next_stack_from_its_own_venv():
-    # as from a shell: not what `make test` exports to the tests (its VENV and STACK)
-    shell = {k: v for k, v in os.environ.items() if k not in ("VENV", "STACK", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    shell = _shell()
     proc = subprocess.run(
         ["make", "-n", "-C", str(ROOT), "test-fast", "STACK=next"],
         env=shell,
