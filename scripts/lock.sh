@@ -18,14 +18,13 @@ if [ "${UPGRADE:-0}" != 1 ] && [ -f "$LOCK" ]; then
   grep -v -E '^(horovod|pip|setuptools|wheel)==' "$LOCK" >"$TMP/keep.txt"   # pins to keep
   KEEP=(-c "$TMP/keep.txt")
 fi
-KERAS=(); [ -z "$TF_KERAS_VERSION" ] || KERAS=("tf-keras==$TF_KERAS_VERSION")
 "$PY" -m venv "$TMP/venv"
 "$TMP/venv/bin/pip" install -q -U pip setuptools wheel
 "$TMP/venv/bin/pip" install -q "${KEEP[@]}" -r "$ROOT/requirements/base.in" -r "$ROOT/requirements/dev.in" \
   "tensorflow-cpu==$TF_VERSION"
 # tf-keras requires the `tensorflow` wheel, which would sit beside tensorflow-cpu: without its
 # dependencies, as scripts/setup.sh installs it
-[ ${#KERAS[@]} -eq 0 ] || "$TMP/venv/bin/pip" install -q --no-deps "${KERAS[@]}"
+[ -z "$TF_KERAS_VERSION" ] || "$TMP/venv/bin/pip" install -q --no-deps "tf-keras==$TF_KERAS_VERSION"
 {
   echo "# The lock: exact versions of everything the course lab installs (requirements/base.in and dev.in),"
   if [ "$STACK" = 2.15 ]; then
