@@ -177,6 +177,7 @@ class Batch:
         self.cpu = resources.cpu_cores()  # what a notebook can get here: its time limits follow (stretched)
         self.lock = threading.Lock()
         self.active: set[Sandbox] = set()
+        self.stopped = False  # set under `lock`, with which a sandbox's worker starts: none starts after stop()
         self.executing = Turns(jobs)  # cores for executing notebooks: each takes its lab's `cpus`
         # pipeline: sandboxes preparing or executing, one ready ahead of each executing one (and
         # others finishing); without: a sandbox holds its turn from its start to its end
@@ -286,7 +287,13 @@ class Batch:
         """Prepare, wait for a turn, execute, finish: None, or what went wrong."""
         argv = [sys.executable, "-m", "lab_utils.grading.worker", str(box_dir / "spec.json")]
         try:
-            box.start(argv, log=box_dir / "worker.log", cwd=box_dir, pass_fds=gate.worker_fds)
+            # under the lock stop() takes to list the running sandboxes: a stop that came while
+            # this one was being made finds it started (and kills it) or keeps it from starting.
+            # Before, a worker started just after the stop prepared on, and the batch waited for it
+            with self.lock:
+                if self.stopped:
+                    raise _Stopped(box.name)
+                box.start(argv, log=box_dir / "worker.log", cwd=box_dir, pass_fds=gate.worker_fds)
             gate.started()
             ready = gate.wait_for(READY, PREPARE_S)
             if ready is None:
@@ -374,6 +381,7 @@ class Batch:
         self.admitted.stop()
         self.executing.stop()
         with self.lock:
+            self.stopped = True
             boxes = list(self.active)
         for box in boxes:
             box.kill()

@@ -75,3 +75,51 @@ def test_the_gate_hears_ready_and_executed_then_end_of_file():
 def test_without_a_gate_the_worker_side_does_nothing():
     notify(-1, READY)
     wait_for_go(-1)
+
+
+class _Box:
+    """A sandbox that records what the batch asks of it (nothing is started)."""
+
+    name = "labgrade-0-test"
+
+    def __init__(self):
+        self.calls = []
+
+    def start(self, *args, **kw):
+        self.calls.append("start")
+
+    def kill(self):
+        self.calls.append("kill")
+
+    def wait(self, timeout):
+        self.calls.append("wait")
+        return 0
+
+
+def _stoppable_batch():
+    from lab_utils.grading.batch import Batch
+
+    batch = Batch.__new__(Batch)  # only what stop() and _run() touch: no course, no cgroups
+    batch.lock, batch.active, batch.stopped, batch.pipeline = threading.Lock(), set(), False, True
+    batch.admitted, batch.executing = Turns(2), Turns(1)
+    return batch
+
+
+def test_a_sandbox_made_before_a_stop_never_starts_its_worker_after_it(tmp_path):
+    """SIGTERM while a sandbox is being made (its cgroup there, its worker not yet started):
+    stop() found nothing to kill, then the worker started and prepared for minutes while
+    the interrupted batch waited for it (a CI run's `the batch did not stop within 120 s`)."""
+    from lab_utils.grading.batch import _Stopped
+
+    batch, box, gate = _stoppable_batch(), _Box(), Gate()
+    admission = Admission(batch.admitted)
+    batch.active.add(box)
+    batch.stop()  # the interrupt, between the sandbox's making and its worker's start
+    assert box.calls == ["kill"]
+    try:
+        with pytest.raises(_Stopped):
+            batch._run(box, tmp_path, gate, {"cpus": 1}, admission)
+    finally:
+        gate.close()
+    assert box.calls == ["kill"]  # not started, not waited for
+    assert not admission.held  # its turn given back for the next sandbox (none comes: stopped)
