@@ -11,7 +11,7 @@ COURSE ?= grading
 export VENV STACK
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab lint test test-fast test-slow run release check-release student-repo autograde grades slides ta-pages walkthroughs feedback doctor bench lock clean
+.PHONY: help setup lab lint test test-fast test-stack test-slow run release check-release student-repo autograde grades slides ta-pages walkthroughs feedback doctor bench lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -31,6 +31,14 @@ lint: setup  ## ruff: lint and format check of the whole tree (configured in pyp
 
 test: setup lint  ## lint, then the whole test suite (unit, process, notebook); PYTEST_ARGS=... to narrow it
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# what proves a stack, run on the one that is not the default by .ci/run (issue 56): the unit
+# tests, and the process tests of the cluster, MPI, Horovod, the four methods' equal weights and
+# the towers
+STACK_TESTS := tests/unit tests/process/test_cluster.py tests/process/test_mpi_jobs.py tests/process/test_allreduce.py tests/process/test_towers.py
+
+test-stack: setup  ## on STACK=...: the unit tests and the process tests that prove a stack (cluster, MPI, Horovod, four methods, towers); PYTEST_ARGS=...
+	$(PY) -m pytest $(STACK_TESTS) $(PYTEST_ARGS)
 
 test-slow:  ## make test on a machine made slower: a CPU quota of CPUS cores (default 0.8; root), else busy loops beside it
 	@bash scripts/slow-test.sh

@@ -5,8 +5,11 @@
 # TensorFlow 2.15.1 supports 3.9-3.11 and Horovod 0.28.1 is built against it, but Ubuntu 24.04
 # ships 3.12 and Debian 13 3.13. In order, for version V:
 #   1. $PYTHON, pythonV, python3 on PATH, when they are V;
-#   2. a V that uv already knows (`uv python find V`: its managed Pythons, PATH);
-#   3. otherwise uv's managed Python (`uv python install V`, python-build-standalone: ~30 MB,
+#   2. the newest V.N that pyenv installed ($PYENV_ROOT, else ~/.pyenv), even where pyenv's
+#      shim for pythonV refuses it because another version is pyenv's global one;
+#   3. a V that uv already knows (`uv python find --system V`: its managed Pythons, PATH; not a
+#      venv, which `uv python find` would report, the course's own .venv among them);
+#   4. otherwise uv's managed Python (`uv python install V`, python-build-standalone: ~30 MB,
 #      once, into ~/.local/share/uv), saying so in one line. uv itself comes from PyPI, installed
 #      by whatever python3 exists into $LABS_TOOLS_DIR (default .tools/, nothing system-wide).
 # Status lines go to stderr; stdout holds only the interpreter's path.
@@ -22,7 +25,7 @@ say() { printf '==> %s\n' "$*" >&2; }
 is_v() { "$1" -c "import sys; sys.exit(0 if sys.version_info[:2] == (${V%%.*}, ${V#*.}) else 1)" >/dev/null 2>&1; }
 
 MANUAL="Get it one of these ways, then run the same make command again:
-    uv:     pip install uv && uv python install $V && make test STACK=$STACK PYTHON=\$(uv python find $V)
+    uv:     pip install uv && uv python install $V && make test STACK=$STACK PYTHON=\$(uv python find --system $V)
     conda:  conda env create -f environment.yml && conda activate dl-labs   (no make needed; STACK=2.15)
     pyenv:  pyenv install $V && make test STACK=$STACK PYTHON=\$(pyenv root)/versions/$V*/bin/python$V
     Debian/Ubuntu:  apt-get install python$V python$V-venv python$V-dev   (Ubuntu: deadsnakes PPA)"
@@ -30,6 +33,18 @@ MANUAL="Get it one of these ways, then run the same make command again:
 for cand in ${PYTHON:-} "python$V" python3; do
   if command -v "$cand" >/dev/null 2>&1 && is_v "$cand"; then command -v "$cand"; exit 0; fi
 done
+
+# pyenv's releases of V (3.12.1, 3.12.10), not its -dev or free-threaded (3.13.0t) builds, newest first
+PYENV_DIR=${PYENV_ROOT:-$HOME/.pyenv}
+if [ -d "$PYENV_DIR/versions" ]; then
+  for release in $(ls "$PYENV_DIR/versions" | grep -E "^${V//./\\.}\.[0-9]+\$" | sort -t. -k3,3nr); do
+    cand="$PYENV_DIR/versions/$release/bin/python$V"
+    if [ -x "$cand" ] && is_v "$cand"; then
+      say "Python $V found in pyenv's versions: $cand"
+      printf '%s\n' "$cand"; exit 0
+    fi
+  done
+fi
 
 # uv on PATH, or the one an earlier run installed; else install it with any python3 (a venv
 # of its own, or pip --target where venv is missing, as on Ubuntu without python3-venv).
@@ -56,13 +71,13 @@ find_uv() {
 UV=$(find_uv) || die "Python $V is needed (the $STACK stack: TensorFlow $TF_VERSION, with Horovod $HOROVOD_VERSION built against it), none found${PYTHON:+ (PYTHON=$PYTHON is not $V)}, and uv could not be installed to get one.
   $MANUAL"
 
-if PY=$("$UV" python find "$V" 2>/dev/null) && is_v "$PY"; then
+if PY=$("$UV" python find --system "$V" 2>/dev/null) && is_v "$PY"; then
   say "Python $V found by uv: $PY"
 else
   say "no Python $V on PATH${PYTHON:+ (PYTHON=$PYTHON is not $V)}: getting one with uv (uv python install $V, about 30 MB, once)"
   "$UV" python install "$V" >&2 || die "uv python install $V failed (see above).
   $MANUAL"
-  PY=$("$UV" python find "$V") || die "uv installed Python $V but cannot find it"
+  PY=$("$UV" python find --system "$V") || die "uv installed Python $V but cannot find it"
   is_v "$PY" || die "uv's Python ($PY) is not $V"
 fi
 printf '%s\n' "$PY"

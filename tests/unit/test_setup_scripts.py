@@ -35,13 +35,13 @@ def test_setup_without_the_stacks_python_explains_and_builds_nothing(tmp_path, s
     assert not (tmp_path / "venv").exists() and not (tmp_path / "tools" / "uv").exists()
 
 
-#: a stand-in for uv: logs its arguments; `python find 3.11` finds Debian's 3.11 only once
+#: a stand-in for uv: logs its arguments; `python find --system 3.11` finds Debian's 3.11 only once
 #: `python install 3.11` has run (as the real one finds its managed Python)
 STUB_UV = """#!/bin/sh
 echo "$*" >> "{log}"
 case "$*" in
   "python install 3.11") touch "{log}.installed" ;;
-  "python find 3.11") [ -e "{log}.installed" ] && echo /usr/bin/python3.11 || exit 2 ;;
+  "python find --system 3.11") [ -e "{log}.installed" ] && echo /usr/bin/python3.11 || exit 2 ;;
   *) exit 2 ;;
 esac
 """
@@ -75,7 +75,11 @@ def test_without_python311_setup_gets_one_with_uv_and_says_so(tmp_path):
     assert proc.stdout == "/usr/bin/python3.11\n"  # stdout holds only the interpreter
     said = [line for line in proc.stderr.splitlines() if "getting one with uv" in line]
     assert len(said) == 1 and "uv python install 3.11" in said[0], proc.stderr
-    assert log.read_text().splitlines() == ["python find 3.11", "python install 3.11", "python find 3.11"]
+    assert log.read_text().splitlines() == [
+        "python find --system 3.11",
+        "python install 3.11",
+        "python find --system 3.11",
+    ]
 
 
 def test_a_python311_on_path_is_used_without_uv(tmp_path):
@@ -85,6 +89,29 @@ def test_a_python311_on_path_is_used_without_uv(tmp_path):
     (bindir / "uv").chmod(0o755)
     proc = _find_python(bindir, tmp_path, PYTHON="/usr/bin/python3.11")
     assert proc.returncode == 0 and proc.stdout == "/usr/bin/python3.11\n" and proc.stderr == "", proc.stderr
+
+
+def test_a_python_pyenv_installed_is_found_where_its_shim_refuses_it(tmp_path):
+    """pyenv's shim for python3.12 refuses to run when 3.11 is pyenv's global version (this
+    machine, CI's): the newest 3.12.N under $PYENV_ROOT/versions is used, not a -dev or
+    free-threaded build, and uv is not asked."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _fake_python(bindir, "python3.12", "a pyenv shim that refuses")
+    _fake_python(bindir, "python3", "3.11")
+    (bindir / "uv").write_text("#!/bin/sh\nexit 99\n")
+    (bindir / "uv").chmod(0o755)
+    versions = tmp_path / "pyenv" / "versions"
+    for release, works in (("3.12.2", True), ("3.12.10", True), ("3.12-dev", True), ("3.11.7", True), ("3.12.11t", True),
+                           ("3.12.12", False)):  # fmt: skip
+        python = versions / release / "bin" / "python3.12"
+        python.parent.mkdir(parents=True)
+        python.write_text(f"#!/bin/sh\nexit {0 if works else 1}\n")  # answers the version probe
+        python.chmod(0o755)
+    proc = _find_python(bindir, tmp_path, STACK="next", PYENV_ROOT=str(tmp_path / "pyenv"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{versions}/3.12.10/bin/python3.12\n"  # 3.12.12 does not run: the next newest
+    assert proc.stderr == f"==> Python 3.12 found in pyenv's versions: {versions}/3.12.10/bin/python3.12\n"
 
 
 def _stub_uv_wheel(folder: Path, log: Path) -> None:
@@ -219,6 +246,7 @@ def test_failed_build_leaves_no_stamp(tmp_path):
     _fake_python(bindir, "python3.11", "3.10")
     _fake_python(bindir, "python3", "3.10")
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "VENV": str(venv), "HOME": str(tmp_path)}
+    env["LABS_TOOLS_DIR"] = str(tmp_path / "tools")  # not the checkout's .tools/uv, which finds real Pythons
     proc = subprocess.run(["bash", str(ROOT / "scripts/setup.sh")], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "up to date" not in proc.stdout
