@@ -94,3 +94,37 @@ def test_another_user_cannot_reach_a_student_s_cluster(user):
     assert len(ports) == 3 and not ports & shown, (ports, sorted(shown))
     assert all(refused), refused
     assert _left(user) == []
+
+
+def test_a_copy_of_this_interpreter_runs_as_that_user_where_its_own_home_is_closed():
+    """Where no Python of this version is reachable by other users (pyenv's 3.12 under root's
+    700 home: the next stack on CI), the tests' user runs a copy: its standard library linked,
+    its interpreter's RUNPATH pointed at its own lib/ (ssl, sqlite3, ctypes: the C modules load)."""
+    import os
+    import pwd
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the copy as another user")
+    pw = pwd.getpwnam(unprivileged.USER)
+    base = Path(tempfile.mkdtemp(prefix="labs-python-copy-"))
+    try:
+        base.chmod(0o755)
+        python = unprivileged.reachable_copy(base / "python")
+        assert python is not None, sys.base_prefix
+        assert unprivileged.point_runpath_at_origin(Path(python)) in (None, "$ORIGIN/../lib")  # rewritten already
+        as_user = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups"]
+        code = "import sys, ssl, sqlite3, ctypes, json, venv; print(sys.version_info[:2] == {!r}, sys.prefix)"
+        out = subprocess.run(
+            [*as_user, python, "-I", "-c", code.format(tuple(sys.version_info[:2]))],
+            capture_output=True, text=True, timeout=60, cwd="/",
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["True", str(base / "python")], out.stdout
+        with pytest.raises(ValueError, match="not a 64-bit"):
+            unprivileged.point_runpath_at_origin(Path(__file__))
+    finally:
+        shutil.rmtree(base)
