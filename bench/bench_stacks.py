@@ -12,7 +12,13 @@ of the same stack (a straggler's staleness, an asynchronous run's accuracy) need
 before it says anything about the stack.
 Also each notebook's lines on stderr that a student would see (TensorFlow's start-up messages).
 
-    python bench/bench_stacks.py [--labs 01,04] [--out FILE]
+Then the figures the course quotes from its benches, each stack's run after the other's: a
+cluster's start-up (``bench_cluster_startup.py``: 1 PS + 2 workers ready, and the ``import
+tensorflow`` it is bounded by), the hand ring's and MPI's bus bandwidth at 64 MB and Horovod's
+64 MB all-reduce with each controller (``bench_allreduce.py``), and Horovod's training step on
+2 ranks with Gloo and MPI beside one process's (the same global batch). Each within 20 %.
+
+    python bench/bench_stacks.py [--labs 01,04] [--no-labs] [--no-figures] [--out FILE]
     python bench/bench_stacks.py --compare DIR_2.15 DIR_NEXT     # two run_labs --out folders
 
 Prints one JSON object.
@@ -136,11 +142,45 @@ def run(stack: str, venv: Path, out: Path, labs: str) -> None:
         )
 
 
+def bench_json(venv: Path, stack: str, script: str, *args: str) -> dict:
+    """One bench of bench/ run by ``venv``'s Python: its JSON."""
+    env = dict(os.environ, STACK=stack, LABS_OFFLINE="1")
+    cmd = [str(venv / "bin" / "python"), str(REPO / "bench" / script), *args]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"bench_stacks: {script} on the {stack} stack exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)
+
+
+def figures(venv: Path, stack: str) -> dict:
+    """The bench figures the course quotes, on one stack (seconds, GB/s, ratios)."""
+    start = bench_json(venv, stack, "bench_cluster_startup.py", "--repeat", "3", "--imports", "2")
+    ring = bench_json(venv, stack, "bench_allreduce.py", "--sweeps", "2", "--hvd-repeats", "5", "--steps", "200",
+                      "--rounds", "2")  # fmt: skip
+    big = ring["busbw"][-1]
+    out = {
+        "cluster_start_to_all_ready_s": start["start_to_all_ready_median_s"],
+        "import_tensorflow_cpu_s": sorted(start["import_tensorflow_cpu_s"])[len(start["import_tensorflow_cpu_s"]) // 2],
+        "cluster_start_ratio_to_bound": start["ratio_to_bound"],
+        "ring_busbw_64MB_GBps": big["ring_busbw_GBps"],
+        "mpi_busbw_64MB_GBps": big["mpi_busbw_GBps"],
+        "ring_over_mpi_64MB": ring["ring_over_mpi_at_64MB"],
+    }
+    for controller, res in ring["hvd_allreduce_64MB"].items():
+        out[f"hvd_{controller}_allreduce_64MB_s"] = res["seconds"]
+    for name, runs in ring["training"]["runs"].items():  # a step of the global batch, the best round's
+        best = max(runs, key=lambda r: r["examples_per_sec"])
+        out[f"{name}_step_s"] = round(best["global_batch"] / best["examples_per_sec"], 5)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--labs", default="", help="comma-separated, e.g. 01,04 (default: all)")
     parser.add_argument("--compare", nargs=2, metavar=("DIR_2_15", "DIR_NEXT"), help="compare two runs, run nothing")
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--no-labs", action="store_true", help="only the bench figures")
+    parser.add_argument("--no-figures", action="store_true", help="only the labs' CI runs")
     opts = parser.parse_args()
     if opts.compare:
         emit(compare(dict(zip(("2.15", "next"), map(Path, opts.compare), strict=True))), opts.out)
@@ -149,11 +189,17 @@ def main() -> None:
     if missing:  # make bench runs every bench: this one says what it needs and does not fail the rest
         emit({"skipped": f"needs both stacks' venvs; missing: {', '.join(missing)}"}, opts.out)
         return
-    with tempfile.TemporaryDirectory(prefix="bench-stacks-") as tmp:
-        dirs = {name: Path(tmp) / name for name in STACKS}
-        for name, venv in STACKS.items():
-            run(name, venv, dirs[name], opts.labs)
-        emit(compare(dirs), opts.out)
+    out = {}
+    if not opts.no_figures:
+        got = {name: figures(venv, name) for name, venv in STACKS.items()}
+        out["figures"] = compare_numbers(got["2.15"], got["next"])
+    if not opts.no_labs:
+        with tempfile.TemporaryDirectory(prefix="bench-stacks-") as tmp:
+            dirs = {name: Path(tmp) / name for name in STACKS}
+            for name, venv in STACKS.items():
+                run(name, venv, dirs[name], opts.labs)
+            out.update(compare(dirs))
+    emit(out, opts.out)
 
 
 if __name__ == "__main__":
