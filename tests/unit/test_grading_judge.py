@@ -187,6 +187,28 @@ def test_every_test_cell_of_every_lab_is_judged_outside_the_kernel_on_what_it_ha
         judge.timed_call(kernel)  # literal points and bands where it times
 
 
+def test_lab3s_slope_is_judged_equal_to_the_graders_fit_even_where_a_time_is_zero():
+    """A table that shows 0.00 s (a forger's run, its time divided by 50 and rounded to 0.01 s):
+    the student's slope and the grader's fit are both nan, the same; a slope off the fit is not.
+    (The judge compared them with `abs(a - b) < 1e-6`, false for nan: a right function lost.)"""
+    _, judged = judge.split(dict(_test_cells("03_ps_sync"))["test_loglog_slope"])
+    table = pd.DataFrame({"Batch Size": [10, 30, 60, 120], "Training Loop (seconds)": [0.02, 0.01, 0.0, 0.01]})
+    fine = pd.DataFrame({"Batch Size": [10, 30, 60], "Training Loop (seconds)": [3.0, 1.0, 0.5]})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fits = [float(np.polyfit(np.log(t["Batch Size"].astype(float)),
+                                 np.log(t["Training Loop (seconds)"]), 1)[0]) for t in (table, fine)]  # fmt: skip
+    assert math.isnan(fits[0]) and not math.isnan(fits[1])
+    curve = float(np.polyfit(np.log([10, 30, 60, 120]), np.log([5.0, 4.0, 2.5, 2.0]), 1)[0])
+
+    def verdict(own):
+        values = _roundtrip(made_up=-1.0, flat=0.0, curve=curve, own=own, tables=[table, fine])
+        return judge.run(judged, values, 1, "test_loglog_slope").status
+
+    assert verdict(fits) == "passed"
+    assert verdict([fits[0], fits[1] + 0.01]) == "failed"  # the honest table's slope is still checked
+    assert verdict([-1.0, fits[1]]) == "failed"  # a number where the fit is undefined is not it
+
+
 def test_free_names_finds_what_a_judge_could_only_read_in_the_kernel():
     assert judge.free_names("import math\n_x = math.sqrt(v.a)\nassert _x < LIMIT\n") == {"LIMIT"}
     assert judge.free_names("def _f(a):\n    return a\nassert _f(v.a) and [z for z in range(3)]\n") == set()
