@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -131,9 +132,14 @@ def compare(dirs: dict[str, Path]) -> dict:
     }
 
 
+def _env(stack: str) -> dict:
+    """A stack's processes' environment: its name (for doctor and setup), never a download."""
+    return dict(os.environ, STACK=stack, LABS_OFFLINE="1")
+
+
 def run(stack: str, venv: Path, out: Path, labs: str) -> None:
     python = venv / "bin" / "python"
-    env = dict(os.environ, STACK=stack, LABS_OFFLINE="1")
+    env = _env(stack)
     cmd = [str(python), "-m", "lab_utils.run_labs", "--out", str(out), "--no-progress"]
     proc = subprocess.run(cmd + (["--labs", labs] if labs else []), cwd=REPO, env=env, capture_output=True, text=True)
     if not (out / "summary.json").is_file():
@@ -144,9 +150,8 @@ def run(stack: str, venv: Path, out: Path, labs: str) -> None:
 
 def bench_json(venv: Path, stack: str, script: str, *args: str) -> dict:
     """One bench of bench/ run by ``venv``'s Python: its JSON."""
-    env = dict(os.environ, STACK=stack, LABS_OFFLINE="1")
     cmd = [str(venv / "bin" / "python"), str(REPO / "bench" / script), *args]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(stack), capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"bench_stacks: {script} on the {stack} stack exited {proc.returncode}:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout)
@@ -160,7 +165,7 @@ def figures(venv: Path, stack: str) -> dict:
     big = ring["busbw"][-1]
     out = {
         "cluster_start_to_all_ready_s": start["start_to_all_ready_median_s"],
-        "import_tensorflow_cpu_s": sorted(start["import_tensorflow_cpu_s"])[len(start["import_tensorflow_cpu_s"]) // 2],
+        "import_tensorflow_cpu_s": statistics.median(start["import_tensorflow_cpu_s"]),
         "cluster_start_ratio_to_bound": start["ratio_to_bound"],
         "ring_busbw_64MB_GBps": big["ring_busbw_GBps"],
         "mpi_busbw_64MB_GBps": big["mpi_busbw_GBps"],
