@@ -135,7 +135,8 @@ def _zero_run(tmp_path, stage, params, state, ranks=2):
     path = tmp_path / f"zero{stage}.npz"
     np.savez(path, params=params)
     result = {"params": params.size, "state_bytes": state, "transient_bytes": [100, 200], "accuracy": 0.9,
-              "rss_peak_bytes": [500 * 2**20, 510 * 2**20], "bytes_sent": [0, 0]}  # fmt: skip
+              "rss_peak_bytes": [500 * 2**20, 510 * 2**20], "rss_steps_bytes": [300 * 2**20, 290 * 2**20],
+              "bytes_sent": [0, 0]}  # fmt: skip
     return runs.ZeroRun(label=f"stage {stage}", stage=stage, ranks=ranks, result=result, weights_path=str(path))
 
 
@@ -150,6 +151,7 @@ def test_the_zero_tables_read_the_weights_and_the_bytes(tmp_path):
     mem = runs.memory_table([ref, near, off])
     assert list(mem["bytes per parameter"]) == [12.0, 8.0, 6.0]  # the most of any rank
     assert mem.loc["stage 0", "peak resident (MB)"] == 510
+    assert mem.loc["stage 0", "resident between steps (MB)"] == 300
     assert "ZeRO stage 2" in repr(off) and "0.00 MB per rank" in repr(off)
     other = _zero_run(tmp_path, 3, np.zeros(5, np.float32), [1, 1])
     with pytest.raises(ValueError, match="not the same model"):

@@ -44,6 +44,7 @@ __all__ = [
     "run_zero",
     "weights_table",
     "memory_table",
+    "plot_memory",
     "check_tensor_parallel",
     "PipelineRun",
     "run_pipeline",
@@ -257,8 +258,9 @@ def weights_table(runs: Iterable[ZeroRun], reference: ZeroRun) -> pd.DataFrame:
 def memory_table(runs: Iterable[ZeroRun]) -> pd.DataFrame:
     """One row per run: the parameter count P, the ranks N, the stage, the bytes each rank's
     optimizer kept (the most of any rank) as bytes, as MB and per parameter, the peak a step
-    allocated on top (temporary buffers), and the largest peak resident memory of a rank (the
-    whole process: TensorFlow's runtime, the data, the model and the optimizer)."""
+    allocated on top (temporary buffers), the most a rank held between steps (its anonymous
+    resident memory: TensorFlow's runtime, the data, the model and the optimizer) and the largest
+    peak resident memory of a rank (the whole process, start-up included)."""
     rows = []
     for run in runs:
         state = run.state_bytes()
@@ -272,10 +274,42 @@ def memory_table(runs: Iterable[ZeroRun]) -> pd.DataFrame:
                 "state (MB)": state / MB,
                 "bytes per parameter": state / run.params,
                 "step's peak extra (MB)": max(run.result["transient_bytes"]) / MB,
+                "resident between steps (MB)": max(run.result["rss_steps_bytes"]) / MB,
                 "peak resident (MB)": max(run.result["rss_peak_bytes"]) / MB,
             }
         )
     return pd.DataFrame(rows).set_index("run")
+
+
+def plot_memory(table: pd.DataFrame):
+    """Part B's lesson in two panels, from :func:`memory_table`: the optimizer's bytes per rank by
+    run, and how much less each run's optimizer and each run's rank held than the first run's
+    (plain data parallelism), side by side: the resident memory falls by the megabytes sharded."""
+    import matplotlib.pyplot as plt
+
+    labels = [str(i) for i in table.index]
+    x = np.arange(len(labels))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    a.bar(x, table["state (MB)"], color="C0")
+    for i, (mb, per) in enumerate(zip(table["state (MB)"], table["bytes per parameter"], strict=True)):
+        a.annotate(f"{mb:.1f} MB\n{per:.1f} B/param", (i, mb), ha="center", va="bottom", fontsize=8)
+    a.set_xticks(x, labels, fontsize=8)
+    a.set_ylabel("MB per rank")
+    a.set_title("The optimizer's state: averaged gradient, m and v")
+    a.margins(y=0.25)
+    first = table.iloc[0]
+    saved_state = first["state (MB)"] - table["state (MB)"]
+    saved_held = first["resident between steps (MB)"] - table["resident between steps (MB)"]
+    width = 0.38
+    b.bar(x - width / 2, saved_state, width, label="optimizer state", color="C0")
+    b.bar(x + width / 2, saved_held, width, label="resident between steps", color="C1")
+    b.axhline(0, color="0.5", lw=0.8)
+    b.set_xticks(x, labels, fontsize=8)
+    b.set_ylabel(f"MB per rank less than {labels[0]}")
+    b.set_title(f"Saved: of {first['resident between steps (MB)']:.0f} MB a rank holds")
+    b.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 # ----------------------------------------------------------------------------- Part C
