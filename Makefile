@@ -66,7 +66,7 @@ autograde: setup  ## grade SUBMISSIONS=folder (<student>/<lab>/<lab>.ipynb), eac
 walkthroughs: setup  ## grading/walkthrough/<lab>.md, for instructors: each exercise's solution, its common mistakes with the messages the visible tests give, hints
 	$(PY) -m lab_utils.grading --root $(COURSE) walkthroughs $(if $(LABS),--labs $(LABS))
 
-slides: setup  ## slides/build/: the lecture decks (slides/<lab>.ipynb) as reveal.js, served from an installed npm package, no internet needed; FIGURES_FROM=dir TIER="..." takes the labs' figures from executed notebooks first
+slides: setup  ## slides/build/: the lecture decks (slides/<lab>.ipynb) as reveal.js, served from an installed npm package, no internet needed; FIGURES_FROM=dir TIER="..." takes the labs' figures from executed notebooks first (with LABS=07: that lab's only, the others' kept)
 	$(PY) -m lab_utils.grading slides $(if $(LABS),--labs $(LABS)) $(if $(FIGURES_FROM),--figures-from "$(FIGURES_FROM)" --tier "$(TIER)")
 
 ta-pages: setup  ## grading/ta/: each submission's written answers beside the outputs they refer to (as handed in) and their rubrics

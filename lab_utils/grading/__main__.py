@@ -150,12 +150,15 @@ def _schedule(args, root: Path, labs_dir: Path) -> int:
 def _slides(args) -> int:
     from lab_utils.grading import slides
 
-    if args.figures_from is not None:
-        if not args.tier:
-            raise ValueError("--figures-from needs --tier: the run the figures come from, in words")
-        manifest = slides.take_figures(args.figures_from, tier=args.tier)
+    if args.figures_from is not None and not args.tier:
+        raise ValueError("--figures-from needs --tier: the run the figures come from, in words")
+    from lab_utils.grading.layout import resolve_labs
+
+    typed = [x for x in args.labs.split(",") if x]
+    labs = resolve_labs(typed, [deck.stem for deck in slides.decks()]) if typed else None  # 07: 07_model_parallel
+    if args.figures_from is not None:  # with --labs, those labs' figures only (the others' kept)
+        manifest = slides.take_figures(args.figures_from, tier=args.tier, labs=labs)
         print(f"took {len(manifest['figures'])} figure(s) from {args.figures_from} into {slides.FIGURES}")
-    labs = [x for x in args.labs.split(",") if x] or None
     written = slides.build(args.out or slides.BUILD, labs=labs)
     print(f"{len(written)} deck(s); open {(args.out or slides.BUILD) / 'index.html'}")
     return 0

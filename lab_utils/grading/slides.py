@@ -32,7 +32,7 @@ import json
 import platform
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from lab_utils import resources
@@ -87,16 +87,32 @@ def _png_outputs(cell: dict) -> list[bytes]:
 
 
 def take_figures(
-    executed: Path, *, tier: str, folder: Path = DECKS, out: Path = FIGURES, commit: str | None = None
+    executed: Path,
+    *,
+    tier: str,
+    folder: Path = DECKS,
+    out: Path = FIGURES,
+    commit: str | None = None,
+    labs: Sequence[str] | None = None,
 ) -> dict:
     """Copy every figure the decks show from the executed lab notebooks in ``executed``
     (``<lab>.ipynb`` each) into ``out``, and write its manifest. Raises ``LookupError`` naming
     the deck, the lab's cell and the notebook when a figure is not there (a cell that drew
-    fewer figures, a lab not run)."""
+    fewer figures, a lab not run).
+
+    ``labs`` (names or their prefixes, ``["07"]``): take only those labs' figures, and keep the
+    others' as the manifest has them (a lab that joins the course, or changed, without running
+    every lab again). Their run must be the manifest's ``tier``; the manifest records when and
+    at which commit each lab taken apart was taken (``labs``)."""
     wanted: dict[str, dict] = {}
     for deck in decks(folder):
         for _, ref in deck_figures(json.loads(deck.read_text())):
             wanted.setdefault(figure_name(ref), {**ref, "deck": deck.name})
+    kept: dict[str, bytes] = {}
+    earlier: dict = {}
+    if labs is not None:
+        earlier, kept = _kept_figures(wanted, labs, tier, out)
+        wanted = {name: ref for name, ref in wanted.items() if name not in kept}
     notebooks: dict[str, dict] = {}
     taken: dict[str, bytes] = {}  # every figure found before anything is replaced: a refusal keeps `out` whole
     for name, ref in sorted(wanted.items()):
@@ -113,24 +129,52 @@ def take_figures(
                 f"{path} has {len(pngs)} figure(s) there{'' if cell is not None else ' (no such cell)'}"
             )
         taken[name] = pngs[ref["output"]]
+    today = datetime.date.today().isoformat()
+    commit = commit or (results.provenance()["lab_utils_commit"] or "unknown")[:7]
+    machine = f"{platform.machine()}, {resources.usable_cores()} CPUs, Python {platform.python_version()}"
     if out.exists():
         shutil.rmtree(out)
-    for name, png in taken.items():
+    for name, png in {**kept, **taken}.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_bytes(png)
-    figures = {name: hashlib.sha256(png).hexdigest() for name, png in taken.items()}
+    figures = {name: hashlib.sha256(png).hexdigest() for name, png in sorted({**kept, **taken}.items())}
     manifest = {
         "about": "The labs' own figures the lecture decks show, taken from executed notebooks by "
         "`python -m lab_utils.grading slides --figures-from DIR`; never edited by hand.",
         "tier": tier,
-        "taken": datetime.date.today().isoformat(),
-        "commit": commit or (results.provenance()["lab_utils_commit"] or "unknown")[:7],
-        "machine": f"{platform.machine()}, {resources.usable_cores()} CPUs, Python {platform.python_version()}",
+        "taken": earlier.get("taken", today),
+        "commit": earlier.get("commit", commit),
+        "machine": earlier.get("machine", machine),
         "figures": figures,
     }
+    if labs is not None:  # the labs taken apart from the rest, and when
+        apart = {lab: entry for lab, entry in earlier.get("labs", {}).items()}
+        for lab in sorted({ref["lab"] for ref in wanted.values()}):
+            apart[lab] = {"taken": today, "commit": commit, "machine": machine}
+        manifest["labs"] = dict(sorted(apart.items()))
     out.mkdir(parents=True, exist_ok=True)
     (out / "figures.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
+
+
+def _kept_figures(wanted: dict[str, dict], labs: Sequence[str], tier: str, out: Path) -> tuple[dict, dict[str, bytes]]:
+    """(the manifest in ``out``, the figures of ``wanted`` not of ``labs``, as it holds them):
+    what :func:`take_figures` keeps when it takes only some labs' figures again."""
+    earlier = json.loads((out / "figures.json").read_text()) if (out / "figures.json").is_file() else {}
+    if earlier.get("tier") != tier:
+        raise ValueError(
+            f"the figures in {out} were taken on {earlier.get('tier')!r}; taking some labs' again from "
+            f"{tier!r} would mix two tiers in one deck set: take every lab's (no labs)"
+        )
+    chosen = {name for name, ref in wanted.items() if any(ref["lab"].startswith(lab) for lab in labs)}
+    if not chosen:
+        raise LookupError(f"no deck shows a figure of {', '.join(labs)}")
+    kept = {}
+    for name in sorted(set(wanted) - chosen):
+        if name not in earlier["figures"] or not (out / name).is_file():
+            raise LookupError(f"{name} is not in {out}: take every lab's figures (no labs)")
+        kept[name] = (out / name).read_bytes()
+    return earlier, kept
 
 
 def load_figure(ref: dict, figures: Path = FIGURES) -> bytes:

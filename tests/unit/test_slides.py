@@ -88,6 +88,31 @@ def test_figures_are_taken_from_executed_notebooks_with_their_hashes(tmp_path):
         slides.load_figure(ref, out)
 
 
+def test_one_labs_figures_are_taken_again_and_the_others_kept_as_they_were(tmp_path):
+    """A lab that joins the course: its figures alone, on the tier the others were taken on."""
+    decks, first, later, out = tmp_path / "decks", tmp_path / "first", tmp_path / "later", tmp_path / "figures"
+    for folder in (decks, first, later):
+        folder.mkdir()
+    _deck(decks, "03_ps_sync", "abc12345")
+    _executed(first, "03_ps_sync", "abc12345", n_figures=1)
+    slides.take_figures(first, tier="pod", folder=decks, out=out, commit="aaaaaaa")
+    before = (out / "03_ps_sync" / "abc12345-0.png").read_bytes()
+    _deck(decks, "07_model_parallel", "def67890")
+    _executed(later, "07_model_parallel", "def67890", n_figures=1)  # no Lab 3 in this run
+    with pytest.raises(LookupError, match="03_ps_sync.ipynb does not exist"):
+        slides.take_figures(later, tier="pod", folder=decks, out=out)
+    with pytest.raises(ValueError, match="would mix two tiers"):
+        slides.take_figures(later, tier="binder", folder=decks, out=out, labs=["07"])
+    manifest = slides.take_figures(later, tier="pod", folder=decks, out=out, commit="bbbbbbb", labs=["07"])
+    assert sorted(manifest["figures"]) == ["03_ps_sync/abc12345-0.png", "07_model_parallel/def67890-0.png"]
+    assert manifest["commit"] == "aaaaaaa" and manifest["labs"]["07_model_parallel"]["commit"] == "bbbbbbb"
+    assert (out / "03_ps_sync" / "abc12345-0.png").read_bytes() == before
+    for lab, cell in (("03_ps_sync", "abc12345"), ("07_model_parallel", "def67890")):
+        assert slides.load_figure({"lab": lab, "cell": cell, "output": 0}, out) == PNG
+    with pytest.raises(LookupError, match="no deck shows a figure of 08"):
+        slides.take_figures(later, tier="pod", folder=decks, out=out, labs=["08"])
+
+
 def test_a_figure_the_run_did_not_draw_is_refused_naming_the_cell(tmp_path):
     decks, runs = tmp_path / "decks", tmp_path / "runs"
     decks.mkdir(), runs.mkdir()
