@@ -12,7 +12,7 @@ grader's environment as the crafted-class test has them:
 - each lab's **known-good** submission (the release with the instructor's solutions), and its
   **release** as handed out (nothing solved);
 - the **crafted classes** of the tests (``tests/support/crafted.py``, :func:`validation_class`):
-  Lab 1's, which meets every kind; on Labs 2-6 a broken file, the vandal, the forgers, half done,
+  Lab 1's, which meets every kind; on Labs 2-7 a broken file, the vandal, the forgers, half done,
   and the solution carrying every attack a complete submission can;
 - every **mutant** of the mutation check (``tests/unit/test_mutants.py``: the instructor's
   solution with one typical mistake), run against its exercise's visible checks as a student
@@ -62,7 +62,8 @@ from lab_utils.grading import layout  # noqa: E402
 JSON = REPO / "grading" / "validation.json"
 MARKDOWN = REPO / "grading" / "VALIDATION.md"
 #: the packages of the labs in grading/drafts/, by draft: out of the inputs until their lab joins
-DRAFT_PACKAGES = ("lab_utils/training/modelpar/",)
+#: (none now: Lab 7's lab_utils/training/modelpar/ joined with its lab)
+DRAFT_PACKAGES: tuple[str, ...] = ()
 #: what the verdicts depend on: the grader, the labs' sources (their hidden tests) and grading
 #: settings, the crafted submissions and the mutants. A change to any of them dates the validation.
 VERDICT_INPUTS = (

@@ -39,6 +39,22 @@ CLAIMS = ROOT / "grading" / "claims.yml"
 
 #: What a figure means, for the sheet's first column (a figure not listed here is shown by its key).
 LABELS = {
+    "all_reduce_halves": "Part A: an all-reduce's bytes / a half's",
+    "zero_state_mb_0": "Part B: optimizer state per rank, plain data parallelism (MB)",
+    "zero_state_mb_1": "Part B: optimizer state per rank, stage 1 (MB)",
+    "zero_state_mb_2": "Part B: optimizer state per rank, stage 2 (MB)",
+    "zero_rss_mb_0": "Part B: held between steps per rank, plain (MB)",
+    "zero_rss_mb_1": "Part B: held between steps per rank, stage 1 (MB)",
+    "zero_rss_mb_2": "Part B: held between steps per rank, stage 2 (MB)",
+    "zero_peak_mb_0": "Part B: peak resident per rank, plain (MB)",
+    "zero_peak_mb_1": "Part B: peak resident per rank, stage 1 (MB)",
+    "zero_peak_mb_2": "Part B: peak resident per rank, stage 2 (MB)",
+    "zero_max_rel_diff": "Part B: largest relative weight difference from plain",
+    "tp_max_rel_error": "Part C: split block against the whole, largest relative error",
+    "tp_even_batch": "Prediction 3: batch where both parallelisms send the same bytes",
+    "e_ring_mbit": "Part E: a ring step's rate on 100 Mbit/s links (Mbit/s)",
+    "e_one_way_mbit": "Part E: one direction alone (Mbit/s)",
+    "bubble_max_rel_gap": "Part D: the bubble's largest gap to (p - 1)/(m + p - 1)",
     "accuracy": "test accuracy",
     "examples_per_sec": "examples/s",
     "fastest_to_target": "Q2: batch fastest to the target",

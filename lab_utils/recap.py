@@ -4,7 +4,7 @@ Each lab's last code cell is one line of this kind::
 
     recap.lab4(data, bandwidth=busbw, horovod=hvd_runs, ...).record(target_accuracy=TARGET_ACCURACY, ranks=N)
 
-:func:`lab1` to :func:`lab6` read what the lab's runs answer (their ``accuracy``,
+:func:`lab1` to :func:`lab7` read what the lab's runs answer (their ``accuracy``,
 ``examples_per_sec``, ``step_time``, tables) and turn it into rows of a :class:`Recap`: a
 two-column table (quantity, value) that a notebook shows as it is, and the headline figures that
 :meth:`Recap.record` hands to :func:`lab_utils.notebook.record` for ``make run``'s summary.
@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["Recap", "lab1", "lab2", "lab3", "lab4", "lab5", "lab6"]
+__all__ = ["Recap", "lab1", "lab2", "lab3", "lab4", "lab5", "lab6", "lab7"]
 
 
 class Recap:
@@ -297,4 +297,52 @@ def lab6(
         ),
     ]
     metrics = _headline(none, data.source, scaling_max_rel_error=error)
+    return Recap(rows, metrics)
+
+
+def lab7(*, zero: Mapping[int, Any], weights: pd.DataFrame, tensor: pd.DataFrame, pipeline: pd.DataFrame,
+         choice: pd.DataFrame) -> Recap:  # fmt: skip
+    """Lab 7: Part B's runs by stage (``zero``: 0 plain data parallelism, 1 and 2 sharded) and
+    their weights against plain data parallelism's (``weights``), Part C's check of the split
+    block (``tensor``), Part D's bubbles (``pipeline``: measured and ``predicted``) and Part E's
+    step times against the model (``choice``)."""
+    stages = sorted(zero)
+    plain = zero[0]
+    bubble = pipeline.assign(off=(pipeline["bubble (mean of stages)"] / pipeline["predicted"] - 1).abs())
+    per_param = {s: zero[s].state_bytes() / zero[s].params for s in stages}
+    rows = [
+        ("Part B: model", f"{plain.params:,} parameters, {plain.ranks} ranks"),
+        (
+            "Part B: optimizer state per rank, bytes per parameter: " + " / ".join(f"stage {s}" for s in stages),
+            " / ".join(f"{per_param[s]:.1f}" for s in stages),
+        ),
+        (
+            "Part B: memory a rank holds between steps (MB): " + " / ".join(f"stage {s}" for s in stages),
+            " / ".join(f"{max(zero[s].result['rss_steps_bytes']) / 2**20:.1f}" for s in stages),
+        ),
+        ("Part B: largest weight difference from plain data parallelism", f"{weights['max |difference|'].max():.1e}"),
+        (
+            "Part B: test accuracy per stage",
+            _pairs((f"stage {s}" for s in stages), (zero[s].accuracy for s in stages), ".3f"),
+        ),
+        ("Part C: split block against the whole, largest relative error", f"{tensor['max rel error'].max():.1e}"),
+        (
+            "Part D: bubble measured / predicted, per stages x micro-batches",
+            ", ".join(
+                f"{r['stages']:.0f}x{r['micro-batches']:.0f}: {r['bubble (mean of stages)']:.2f} / {r['predicted']:.2f}"
+                for _, r in pipeline.iterrows()
+            ),
+        ),
+        ("Part D: bubble, largest relative gap to the prediction", f"{bubble['off'].max():.1%}"),
+        ("Part E: step time measured / predicted", _pairs(choice["strategy"], choice["measured / predicted"], ".2f")),
+    ]
+    metrics = dict(
+        accuracy=plain.accuracy,
+        examples_per_sec=plain.examples_per_sec,
+        data_source=plain.result.get("data_source"),
+        bubble_max_rel_gap=float(bubble["off"].max()),
+        state_bytes_per_param_stage0=per_param.get(0),
+        state_bytes_per_param_stage1=per_param.get(1),
+        state_bytes_per_param_stage2=per_param.get(2),
+    )
     return Recap(rows, metrics)

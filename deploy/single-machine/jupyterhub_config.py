@@ -41,7 +41,10 @@ def setting(name, default=None):
 
 
 store = setting("LABS_HANDIN_STORE", "/srv/handin")
-labs = setting("LABS_HANDIN_LABS", "01_single_node 02_ps_async 03_ps_sync 04_allreduce 05_alexnet 06_communication")
+labs = setting(
+    "LABS_HANDIN_LABS",
+    "01_single_node 02_ps_async 03_ps_sync 04_allreduce 05_alexnet 06_communication 07_model_parallel",
+)
 due_file = setting("LABS_DUE_FILE")
 instructors = [u for u in setting("LABS_INSTRUCTORS", "").split(",") if u]
 hub_url = setting("LABS_HUB_URL", "http://127.0.0.1:8000")

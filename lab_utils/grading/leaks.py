@@ -41,8 +41,11 @@ __all__ = [
 #: Shorter lines (``return problems``, ``else:``) are too common to be a solution's fingerprint.
 MIN_LENGTH = 20
 #: Long enough, but ordinary code that a solution shares with the rest of the world (Lab 1's
-#: measure_throughput): listed one by one rather than weakening the rules for every line.
-ORDINARY_LINES = frozenset({"start = time.perf_counter()", "for _ in range(steps):"})
+#: measure_throughput; the line every mpi4py program opens with, Lab 7's collectives):
+#: listed one by one rather than weakening the rules for every line.
+ORDINARY_LINES = frozenset(
+    {"start = time.perf_counter()", "for _ in range(steps):", "rank, size = comm.Get_rank(), comm.Get_size()"}
+)
 _REGIONS = {"BEGIN SOLUTION": ("END SOLUTION", "solution"), "BEGIN HIDDEN TESTS": ("END HIDDEN TESTS", "hidden tests")}
 _SKIP_DIRS = {"__pycache__", ".git"}
 _BINARY_PROBE = 8192

@@ -13,7 +13,7 @@
       02_ps_async: {week: 2, weeks: 2, lecture: "...", due: 2027-02-19T23:59:00+01:00}   # a date of its own
     variants:
       full: {}
-      6-weeks: {02_ps_async: {week: 2, weeks: 1}, ...}
+      7-weeks: {02_ps_async: {week: 2, weeks: 1}, ...}
       without-lab-6: {06_communication: null}                # null: the lab is not part of the term
 
 From it come, with no second place to type a date:

@@ -52,6 +52,8 @@ LABS = {
     "05_alexnet": {"min_accuracy": 0.40, "min_graded": 5, "prints": []},
     # the uncompressed MLP after 30 steps on emulated 100 Mbit/s links (Lab 6's CI run; issue: under 5 minutes)
     "06_communication": {"min_accuracy": 0.70, "min_graded": 4, "prints": []},
+    # Part B's 0.27 M-parameter MLP after 20 steps of 2 x 32 examples (Lab 7's CI run: 0.79)
+    "07_model_parallel": {"min_accuracy": 0.60, "min_graded": 8, "prints": []},
 }
 #: Labs whose papermill CI run is tested here, as a student's: where this suite runs as root
 #: (CI), as a real unprivileged user (issue 26), their emulated hosts and private networks in a
@@ -60,7 +62,7 @@ LABS = {
 #: their figures; their test cells hold the accuracy) are the validation's
 #: (tests/unit/test_validation.py), and tests/notebooks/test_run_labs.py tests the papermill path
 #: itself. (Issue 25: the four runs cost the suite about 7 minutes.)
-AS_STUDENT = {"04_allreduce", "06_communication"}
+AS_STUDENT = {"04_allreduce", "06_communication", "07_model_parallel"}
 
 
 def _paths(lab: str) -> tuple[Path, Path]:

@@ -17,7 +17,7 @@ from lab_utils.grading.scripts import writefile_scripts
 from lab_utils.training.modelpar import choice_runs as choice
 from lab_utils.training.modelpar import runs
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "grading" / "drafts" / "07_model_parallel" / "07_model_parallel.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "grading" / "source" / "07_model_parallel" / "07_model_parallel.ipynb"
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +76,11 @@ def test_a_reduce_scatter_that_does_not_sum_is_caught(ref):
 # ----------------------------------------------------------------------------- Part B
 
 
-@pytest.mark.parametrize("np_", [2, 3])  # 3: shards of unequal lengths
+# 3: shards of unequal lengths; 4: issue 54's second rank count (2 is the lab's own, in its CI run:
+# tests/notebooks/test_labs.py); 50 steps, as issue 54 asks
+@pytest.mark.parametrize("np_", [3, 4])
 def test_sharded_state_ends_with_plain_data_parallelisms_weights_and_keeps_its_share(ref, np_):
-    common = {"np": np_, "steps": 20, "hidden": 64, "batch_size": 16, "progress": False}
+    common = {"np": np_, "steps": 50, "hidden": 64, "batch_size": 16, "progress": False}
     plain = runs.run_zero(None, stage=0, **common)
     sharded = [
         runs.run_zero(ref / "zero.py", stage=s, collectives_file=ref / "collectives.py", **common) for s in (1, 2)
@@ -146,9 +148,9 @@ def test_a_pipeline_ends_with_one_process_weights_and_its_bubble(ref, pipe_ref, 
 @pytest.mark.skipif(
     netem.unavailable_reason() is not None, reason=f"no emulated hosts here: {netem.unavailable_reason()}"
 )
-def test_on_a_slow_link_the_cost_model_with_the_probed_alpha_and_beta_predicts_the_step(costs):
-    """Part E's bandwidth-bound check: plain data parallelism on 100 Mbit/s emulated links, priced
-    with alpha and beta fitted to ring steps timed on such links (not the nominal rate)."""
+def test_on_a_slow_link_the_probe_fits_the_ring_steps_and_one_way_meets_the_link():
+    """Part E's links: alpha and beta fitted to ring steps timed on 100 Mbit/s emulated links (not
+    the nominal rate), and rank 0 sending alone at the link's rate."""
     hosts = "emulated:bandwidth=100mbit"
     link = runs.probe_link(hosts)
     # the ring's steps move less than the nominal rate, never more (TCP's headers; on 2 ranks both
@@ -160,9 +162,8 @@ def test_on_a_slow_link_the_cost_model_with_the_probed_alpha_and_beta_predicts_t
     assert alone.bandwidth_bps >= link.bandwidth_bps * 0.95, (alone, link)
     fit = link.table()
     assert ((fit["alpha + m beta (s)"] / fit["measured (s)"] - 1).abs() <= 0.25).all(), fit
-    run = runs.run_zero(None, np=2, stage=0, steps=6, hidden=1024, batch_size=32, hosts=hosts, progress=False)
-    step = choice.against_runs(costs, [("data", choice.zero_setting(run, link), run)]).iloc[0]
-    assert abs(step["measured / predicted"] - 1) <= 0.25, (step, link)
+    # the model's step against a run on such links: Lab 7's CI run, as a student (Prediction 5's
+    # visible test, within 25 %: tests/notebooks/test_labs.py)
 
 
 def test_a_schedule_that_forgets_a_backward_is_named_not_hung(ref):

@@ -259,7 +259,7 @@ def test_a_script_a_lab_writes_is_in_every_ignore_list(lab):
 # ---------------------------------------------------------------------- graded on the mechanism
 #: The network labs (issue 51): each holds at least PREDICTION_POINTS of predict-then-measure
 #: items, checked against the student's own runs.
-NETWORK_LABS = ["02_ps_async", "03_ps_sync", "04_allreduce", "06_communication"]
+NETWORK_LABS = ["02_ps_async", "03_ps_sync", "04_allreduce", "06_communication", "07_model_parallel"]
 PREDICTION_POINTS = 4
 GOALS = re.compile(r"\*\*Learning goals\.\*\*(.*?)(?:\n\n|\Z)", re.S)
 HAND_SHARE = re.compile(r"(\w+) written answers? \((\d+) of the lab's (\d+) points\) (?:are|is) graded by hand")

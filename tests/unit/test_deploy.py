@@ -290,7 +290,7 @@ def _defaults(lab: str) -> dict:
 
 
 #: the labs that start clusters (Lab 1 trains in the kernel)
-CLUSTER_LABS = ("02_ps_async", "03_ps_sync", "04_allreduce", "05_alexnet", "06_communication")
+CLUSTER_LABS = ("02_ps_async", "03_ps_sync", "04_allreduce", "05_alexnet", "06_communication", "07_model_parallel")
 
 
 def _lost(lab: str, available: int, cores: int) -> list[str]:
@@ -331,6 +331,15 @@ def _lost(lab: str, available: int, cores: int) -> list[str]:
         except ResourceError as exc:
             return [str(exc)]
         lost += [f"Parallax {p['HYBRID_WORKERS']} workers: {got} fit"] if got != p["HYBRID_WORKERS"] else []
+    elif lab == "07_model_parallel":  # Part B's TensorFlow ranks; Part D's stages, a NumPy process each
+        from lab_utils.training.modelpar import runs as modelpar_runs
+
+        stages = max(p["PIPE_STAGES"])
+        needs = {
+            f"Part B, {p['NP']} TensorFlow ranks": p["NP"] * modelpar_runs.TF_RANK_MEMORY_BYTES,
+            f"Part D, {stages} stages": stages * modelpar_runs.RANK_MEMORY_BYTES,
+        }
+        lost += [f"{what} ({need / 2**20:,.0f} MB)" for what, need in needs.items() if need > available]
     return lost
 
 
@@ -348,6 +357,7 @@ MEASURED_PEAK_GB = {
     "04_allreduce": 2.04,  # Part D's 1 PS + 4 workers
     "05_alexnet": 2.02,  # Part D: two MultiWorkerMirroredStrategy workers beside the kernel
     "06_communication": 1.86,
+    "07_model_parallel": 1.02,  # 2 TensorFlow ranks of Part B beside the kernel (2026-11-30)
 }
 
 

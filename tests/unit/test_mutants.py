@@ -1225,7 +1225,353 @@ LAB6 = Lab(
     },
 )
 
-LABS = [LAB1, LAB2, LAB3, LAB4, LAB5, LAB6]
+
+# ---------------------------------------------------------------------- Lab 7
+def _timed_run(label: str, step_s: float, tasks: int = 2, **figures) -> SimpleNamespace:
+    """A Part B or D run as ``choice.step_seconds`` reads it: each task's steps, ``step_s`` each."""
+    events = pd.DataFrame(
+        [
+            {"task": f"rank:{t}", "step": s, "started": 100 + s * step_s, "time": 100 + (s + 1) * step_s}
+            for t in range(tasks)
+            for s in range(1, 7)
+        ]
+    )
+    return SimpleNamespace(label=label, events=events, **figures)
+
+
+def _lab7() -> dict:
+    from lab_utils.training.modelpar import choice_runs as choice
+    from lab_utils.training.modelpar import shard_bounds
+
+    ns = _base()
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(_by_id("07_model_parallel")["parameters"].source, "<parameters>", "exec"), ns)  # noqa: S102
+    # the CI run's sizes (labs/params.yml): 2 ranks, an MLP of 0.27 M parameters, 2-stage pipelines
+    ns.update(ZERO_STEPS=20, ZERO_HIDDEN=256, TP_BATCHES=[64, 4096], PIPE_STAGES=[2], PIPE_STEPS=3, E_STEPS=6)
+    n_ranks, params = ns["NP"], 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
+
+    def ring_bytes(n, itemsize, skip):  # what each rank sends: every shard but the one `skip` names
+        lengths = [hi - lo for lo, hi in shard_bounds(n, n_ranks)]
+        return [(n - lengths[skip(r) % n_ranks]) * itemsize for r in range(n_ranks)]
+
+    rows = []
+    for op in ("reduce_scatter", "all_gather", "all_reduce"):
+        for dtype, itemsize in (("int64", 8), ("float32", 4)):
+            for n in ns["COLLECTIVE_SIZES"]:
+                rs, ag = ring_bytes(n, itemsize, lambda r: r), ring_bytes(n, itemsize, lambda r: r + 1)
+                sent = {
+                    "reduce_scatter": rs,
+                    "all_gather": ag,
+                    "all_reduce": [a + b for a, b in zip(rs, ag, strict=True)],
+                }[op]
+                rows.append({"operation": op, "n": n, "dtype": dtype, "ok": True, "problem": "", "bytes sent": sent})
+    coll = pd.DataFrame(rows)
+    d, f = ns["TP_D"], ns["TP_F"]
+    tp = pd.DataFrame(
+        [
+            {
+                "batch": b,
+                "ok": True,
+                "problem": "",
+                "max rel error": 2.4e-7,
+                "forward bytes": [b * d * 4] * n_ranks,  # on 2 ranks: one all-reduce sends half of it twice
+                "bytes sent": [2 * b * d * 4] * n_ranks,
+                "data-parallel bytes": [2 * d * f * 4] * n_ranks,
+            }
+            for b in ns["TP_BATCHES"]
+        ]
+    )
+    # Part B's runs: the bytes each stage kept (12, 8 and 6 per parameter on 2 ranks)
+    zero = {
+        s: SimpleNamespace(
+            label=("plain DP" if s == 0 else f"stage {s}") + f", {n_ranks} ranks",
+            stage=s,
+            params=params,
+            state_bytes=lambda kept=kept: float(kept * params),
+            result={"rss_peak_bytes": [612e6, 608e6], "rss_steps_bytes": [300e6, 296e6]},
+        )
+        for s, kept in ((0, 12), (1, 8), (2, 6))
+    }
+    zero_weights = pd.DataFrame(
+        {"stage": [1, 2], "relative to the largest weight": [1.7e-7, 1.7e-7]},
+        index=pd.Index([zero[1].label, zero[2].label], name="run"),
+    )
+    # Part D's pipelines (2 stages, 0.4 s a pass): the bubble each run's timeline showed
+    pipes = [SimpleNamespace(label=f"p=2, m={m}", stages=2, micro_batches=m) for m in ns["PIPE_MICRO_BATCHES"]]
+    pipe_table = pd.DataFrame(
+        {
+            "stages": 2,
+            "micro-batches": ns["PIPE_MICRO_BATCHES"],
+            "bubble (mean of stages)": [0.502, 0.338, 0.206, 0.118],
+            "weights vs reference (max rel)": 1.2e-7,
+        },
+        index=pd.Index([r.label for r in pipes], name="run"),
+    )
+    # Part E: the MLP on 2 emulated hosts behind 100 Mbit/s (a ring step moved about 47 Mbit/s), and the
+    # pipeline of 2 stages and 4 micro-batches on loopback (1.6 s of compute: 5 slots of 0.1 s each way)
+    link = dict(alpha=3e-4, beta=8 / 47e6)
+    e_cases = [
+        ("data", choice.Setting(params=params, ranks=2, compute_s=0.008, **link), _timed_run("plain DP", 0.193)),
+        ("zero2", choice.Setting(params=params, ranks=2, compute_s=0.008, **link), _timed_run("stage 2", 0.197)),
+        (
+            "pipeline",
+            choice.Setting(params=params, ranks=2, compute_s=1.6, activation_bytes=64 * 256 * 4, micro_batches=4),
+            _timed_run("p=2, m=4", 1.02),
+        ),
+    ]
+    return {
+        **ns,
+        "dataclasses": __import__("dataclasses"),
+        "choice": choice,
+        "coll": coll,
+        "_sent": coll[(coll["n"] == max(ns["COLLECTIVE_SIZES"])) & (coll["dtype"] == "float32")].set_index("operation"),
+        "tp": tp,
+        "zero": zero,
+        "zero_weights": zero_weights,
+        "pipes": pipes,
+        "pipe_table": pipe_table,
+        "e_cases": e_cases,
+    }
+
+
+LAB7 = Lab(
+    "07_model_parallel",
+    _lab7,
+    # Exercises 1 to 4 (collectives.py, zero.py, tensor.py, pipeline.py) are checked by mp_runs, on
+    # processes of their own: their crafted mistakes are in tests/process/test_modelpar.py
+    checks={
+        "predict_half": ["test_predict_half"],
+        "predict_state": ["test_predict_state", "test_zero"],
+        "predict_tp": ["test_predict_tp"],
+        "predict_bubble": ["test_predict_bubble", "test_pipeline"],
+        "costs": ["test_costs", "test_predict_steps"],
+    },
+    before={"predict_tp": ["predict_half"]},
+    mutants=[
+        Mutant(
+            "predict_half",
+            "the whole vector",
+            (("return float((ranks - 1) / ranks * n * itemsize)", "return float(n * itemsize)"),),
+            "alone sends nothing",
+        ),
+        Mutant(
+            "predict_half",
+            "one step of the ring",
+            (("(ranks - 1) / ranks * n * itemsize", "n / ranks * itemsize"),),
+            "alone sends nothing",
+        ),
+        Mutant(
+            "predict_half",
+            "the whole vector at each step",
+            (("(ranks - 1) / ranks * n * itemsize", "(ranks - 1) * n * itemsize"),),
+            "the half it does not keep",
+        ),
+        Mutant(
+            "predict_half",
+            "an all-reduce's bytes",
+            (("(ranks - 1) / ranks * n * itemsize", "2 * (ranks - 1) / ranks * n * itemsize"),),
+            "the half it does not keep",
+        ),
+        Mutant(
+            "predict_half",
+            "an integer",
+            (("return float((ranks - 1) / ranks * n * itemsize)", "return (ranks - 1) * n * itemsize // ranks"),),
+            "return a float",
+        ),
+        Mutant(
+            "predict_state",
+            "stage 1 shards the gradient too",
+            (("if stage == 2 else 4 * params", "if stage >= 1 else 4 * params"),),
+            "2 the gradient too",
+        ),
+        Mutant(
+            "predict_state",
+            "stage 2 keeps the whole gradient",
+            (("grad = 4 * params / ranks if stage == 2 else 4 * params", "grad = 4 * params"),),
+            "2 the gradient too",
+        ),
+        Mutant(
+            "predict_state",
+            "the moments sharded in stage 2 only",
+            (("if stage >= 1 else 8 * params", "if stage == 2 else 8 * params"),),
+            "1 shards m and v",
+        ),
+        Mutant(
+            "predict_state",
+            "the weights counted",
+            (("return float(grad + moments)", "return float(4 * params + grad + moments)"),),
+            "12 bytes per parameter",
+        ),
+        Mutant(
+            "predict_state",
+            "one moment",
+            (
+                (
+                    "moments = 8 * params / ranks if stage >= 1 else 8 * params",
+                    "moments = 4 * params / ranks if stage >= 1 else 4 * params",
+                ),
+            ),
+            "12 bytes per parameter",
+        ),
+        Mutant(
+            "predict_state",
+            "an integer",
+            (("return float(grad + moments)", "return grad + moments"),),
+            "return a float",
+        ),
+        Mutant(
+            "predict_tp",
+            "one all-reduce",
+            (("float(2 * 2 * (ranks - 1) / ranks * batch * d * 4)", "float(2 * (ranks - 1) / ranks * batch * d * 4)"),),
+            "two all-reduces",
+        ),
+        Mutant(
+            "predict_tp",
+            "no ring factor for the activations",
+            (("float(2 * 2 * (ranks - 1) / ranks * batch * d * 4)", "float(2 * 2 * batch * d * 4)"),),
+            "alone sends nothing",
+        ),
+        Mutant(
+            "predict_tp",
+            "one matrix's gradient",
+            (("float(2 * (ranks - 1) / ranks * 2 * d * f * 4)", "float(2 * (ranks - 1) / ranks * d * f * 4)"),),
+            "gradients of a and b",
+        ),
+        Mutant(
+            "predict_tp",
+            "the gradients' all-reduce as one half",
+            (("float(2 * (ranks - 1) / ranks * 2 * d * f * 4)", "float((ranks - 1) / ranks * 2 * d * f * 4)"),),
+            r"data-parallel bytes per rank: .*2\.00x",
+        ),
+        Mutant(
+            "predict_tp",
+            "no ring factor for the gradients",
+            (("float(2 * (ranks - 1) / ranks * 2 * d * f * 4)", "float(2 * 2 * d * f * 4)"),),
+            "alone sends nothing",
+        ),
+        Mutant(
+            "predict_bubble",
+            "(p - 1) / m",
+            (("(micro_batches + stages - 1))", "micro_batches)"),),
+            "half the time",
+        ),
+        Mutant(
+            "predict_bubble",
+            "(p - 1) / (m + p)",
+            (("(micro_batches + stages - 1))", "(micro_batches + stages))"),),
+            "half the time",
+        ),
+        Mutant(
+            "predict_bubble",
+            "the share a stage works",
+            (("float((stages - 1) / (micro_batches", "float(micro_batches / (micro_batches"),),
+            "never waits",
+        ),
+        Mutant(
+            "predict_bubble",
+            "the micro-batches ignored",
+            (("(micro_batches + stages - 1))", "stages)"),),
+            "more micro-batches, a smaller bubble",
+        ),
+        Mutant(
+            "predict_bubble",
+            "(p - 1) / (m p)",
+            (("(micro_batches + stages - 1))", "(micro_batches * stages))"),),
+            r"p=2, m=2: the bubble: you predicted 0\.25",
+        ),
+        Mutant(
+            "costs",
+            "data parallelism without the weights",
+            (("return 16 * P, s.compute_s / N + ring(4 * P)", "return 12 * P, s.compute_s / N + ring(4 * P)"),),
+            "weights, gradients, m and v",
+        ),
+        Mutant(
+            "costs",
+            "stage 1 shards the gradients too",
+            (("return 8 * P + 8 * P / N,", "return 4 * P + 12 * P / N,"),),
+            "each stage shards more",
+        ),
+        Mutant(
+            "costs",
+            "stage 2 pays one more all-gather",
+            (
+                (
+                    "return 4 * P + 12 * P / N, s.compute_s / N + ring(4 * P)",
+                    "return 4 * P + 12 * P / N, s.compute_s / N + ring(4 * P) + (N - 1) * (s.alpha + 4 * P / N * s.beta)",
+                ),
+            ),
+            "ZeRO moves the all-reduce's bytes",
+        ),
+        Mutant(
+            "costs",
+            "the compute not shared",
+            (
+                ("return 16 * P, s.compute_s / N + ring(4 * P)", "return 16 * P, s.compute_s + ring(4 * P)"),
+                ("return 8 * P + 8 * P / N, s.compute_s / N", "return 8 * P + 8 * P / N, s.compute_s"),
+                ("return 4 * P + 12 * P / N, s.compute_s / N", "return 4 * P + 12 * P / N, s.compute_s"),
+            ),
+            "share the compute",
+        ),
+        Mutant(
+            "costs",
+            "one all-reduce of activations",
+            (("s.allreduces * ring(s.activation_bytes)", "ring(s.activation_bytes)"),),
+            "`allreduces` all-reduces",
+        ),
+        Mutant(
+            "costs",
+            "tensor parallelism holds everything",
+            (("return 16 * P / N, s.compute_s / N + s.allreduces", "return 16 * P, s.compute_s / N + s.allreduces"),),
+            "1/N of everything",
+        ),
+        Mutant(
+            "costs",
+            "the ring's whole buffer at each step",
+            (("nbytes / N * s.beta", "nbytes * s.beta"),),
+            r"seconds per step \(data\)",
+        ),
+        Mutant(
+            "costs",
+            "the ring's first half only",
+            (("return 2 * (N - 1) * (s.alpha", "return (N - 1) * (s.alpha"),),
+            r"seconds per step \(data\)",
+        ),
+        Mutant(
+            "costs",
+            "bits for bytes",
+            (("nbytes / N * s.beta", "8 * nbytes / N * s.beta"),),
+            r"seconds per step \(data\)",
+        ),
+        Mutant(
+            "costs",
+            "the pipeline without its bubble",
+            (("s.compute_s / N * slots / m + sends", "s.compute_s / N + sends"),),
+            "more micro-batches, a smaller bubble",
+        ),
+        Mutant(
+            "costs",
+            "each stage computes the whole model",
+            (("s.compute_s / N * slots / m", "s.compute_s * slots / m"),),
+            r"seconds per step \(pipeline\)",
+        ),
+        Mutant(
+            "costs",
+            "one stage sends",
+            ((" if N > 1 else 0.0", ""),),
+            "one rank: no messages",
+        ),
+    ],
+    constants={
+        "predict_half": ("return float((ranks - 1) / ranks * n * itemsize)", "return 200000.0"),
+        "predict_state": ("    grad = 4 * params / ranks", "    return 1200.0\n    grad = 4 * params / ranks"),
+        "predict_tp": ("return float(2 * (ranks - 1) / ranks * 2 * d * f * 4)", "return 2097152.0"),
+        "predict_bubble": ("return float((stages - 1) / (micro_batches + stages - 1))", "return 0.2"),
+        "costs": ("    P, N = s.params, s.ranks\n", "    return 16000.0, 0.25\n    P, N = s.params, s.ranks\n"),
+    },
+)
+
+
+LABS = [LAB1, LAB2, LAB3, LAB4, LAB5, LAB6, LAB7]
 SOLUTIONS = [(lab, s) for lab in LABS for s in lab.checks]
 MUTANTS = [(lab, m) for lab in LABS for m in lab.mutants]
 CONSTANTS = [(lab, s) for lab in LABS for s in lab.constants]

@@ -206,3 +206,29 @@ def test_each_lab_calls_its_own_recap_with_the_arguments_it_takes():
         given = {kw.arg for kw in calls[0].keywords} | set(list(params)[: len(calls[0].args)])
         required = {name for name, p in params.items() if p.default is inspect.Parameter.empty}
         assert required <= given <= set(params), (lab, sorted(required - given), sorted(given - set(params)))
+
+
+def test_lab7_reads_its_runs_and_tables():
+    def zero_run(stage, state, rss):
+        return SimpleNamespace(params=1000, ranks=2, accuracy=0.8 + stage / 100, examples_per_sec=640.0,
+                               state_bytes=lambda: state, result={"rss_steps_bytes": [rss, rss - 2**20],
+                                                                  "data_source": "sample"})  # fmt: skip
+
+    zero = {0: zero_run(0, 12_000, 600 * 2**20), 1: zero_run(1, 8_000, 590 * 2**20), 2: zero_run(2, 6_000, 580 * 2**20)}
+    weights = pd.DataFrame({"max |difference|": [0.0, 6e-8]})
+    tensor = pd.DataFrame({"max rel error": [1e-7, 3e-7]})
+    pipeline = pd.DataFrame({"stages": [2, 2], "micro-batches": [1, 4], "bubble (mean of stages)": [0.5, 0.22],
+                             "predicted": [0.5, 0.2]})  # fmt: skip
+    choice = pd.DataFrame({"strategy": ["data", "zero2"], "measured / predicted": [0.99, 1.07]})
+    got = recap.lab7(zero=zero, weights=weights, tensor=tensor, pipeline=pipeline, choice=choice)
+    r = rows(got)
+    assert r["Part B: model"] == "1,000 parameters, 2 ranks"
+    assert r["Part B: optimizer state per rank, bytes per parameter: stage 0 / stage 1 / stage 2"] == "12.0 / 8.0 / 6.0"
+    assert r["Part B: memory a rank holds between steps (MB): stage 0 / stage 1 / stage 2"] == "600.0 / 590.0 / 580.0"
+    assert r["Part B: largest weight difference from plain data parallelism"] == "6.0e-08"
+    assert r["Part C: split block against the whole, largest relative error"] == "3.0e-07"
+    assert r["Part D: bubble measured / predicted, per stages x micro-batches"] == "2x1: 0.50 / 0.50, 2x4: 0.22 / 0.20"
+    assert r["Part D: bubble, largest relative gap to the prediction"] == "10.0%"
+    assert r["Part E: step time measured / predicted"] == "data 0.99 / zero2 1.07"
+    assert got.metrics["accuracy"] == 0.8 and got.metrics["data_source"] == "sample"
+    assert got.metrics["state_bytes_per_param_stage2"] == 6.0

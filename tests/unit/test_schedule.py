@@ -42,11 +42,15 @@ def test_the_course_schedule_covers_every_lab_in_order_and_its_variants_are_shor
     assert first.due.isoformat() == "2027-02-05T23:59:00+01:00" and first.due.strftime("%A") == "Friday"
     assert all(a.due < b.release for a, b in zip(term.entries, term.entries[1:], strict=False))  # one lab at a time
     assert all(e.lecture for e in term.entries)
-    six = schedule.load(schedule.SCHEDULE, "6-weeks")
-    assert six.weeks() == 6 < term.weeks() and six.labs == LABS
+    seven = schedule.load(schedule.SCHEDULE, "7-weeks")
+    assert seven.weeks() == 7 < term.weeks() and seven.labs == LABS
     without = schedule.load(schedule.SCHEDULE, "without-lab-6")
-    assert without.labs == LABS[:-1] and "06_communication" not in without.due()
-    assert set(term.variants) == {"full", "6-weeks", "without-lab-6"}
+    assert (
+        without.labs == [lab for lab in LABS if lab != "06_communication"] and "06_communication" not in without.due()
+    )
+    data_parallel = schedule.load(schedule.SCHEDULE, "without-lab-7")  # the course before Lab 7 joined it
+    assert data_parallel.labs == LABS[:-1] and data_parallel.weeks() == 11
+    assert set(term.variants) == {"full", "7-weeks", "without-lab-6", "without-lab-7"}
 
 
 def test_one_setting_picks_the_variant_and_a_lab_it_leaves_out_is_closed_for_hand_in(tmp_path):
@@ -77,7 +81,7 @@ def test_one_setting_picks_the_variant_and_a_lab_it_leaves_out_is_closed_for_han
             ("due: Friday 23:59", "due: Monday 08:00"),
             "01_single_node: due 2027-02-01T08:00:00+01:00 is not after its release",
         ),
-        (("  without-lab-6:\n", "  without-lab-6:\n    07_model_parallel: null\n"), "labs the term does not have"),
+        (("  without-lab-6:\n", "  without-lab-6:\n    08_fsdp: null\n"), "labs the term does not have"),
     ],
 )
 def test_a_bad_schedule_is_refused_naming_the_file_and_the_entry(tmp_path, change, error):
@@ -88,7 +92,7 @@ def test_a_bad_schedule_is_refused_naming_the_file_and_the_entry(tmp_path, chang
     with pytest.raises(ValueError, match=str(path)) as exc:
         (
             schedule.load(path, "without-lab-6")
-            if "07_" in change[1]
+            if "08_" in change[1]
             else DueFile(path)  # the service refuses to start on it
         )
     assert error in str(exc.value)

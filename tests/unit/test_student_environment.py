@@ -26,6 +26,7 @@ def test_the_course_has_secrets_to_look_for():
         "04_allreduce",
         "05_alexnet",
         "06_communication",
+        "07_model_parallel",
     ]
     kinds = {s.kind for s in course_secrets(notebooks).values()}
     assert kinds == {"solution", "hidden tests"}

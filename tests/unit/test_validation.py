@@ -149,10 +149,15 @@ def test_the_inputs_hash_sees_lab_utils_the_lock_and_each_labs_own_source_and_no
     assert bench.inputs_hash(tmp_path) == before
     (tmp_path / "lab_utils/grading/slides.py").write_text("# lecture material, changed\n")
     assert bench.inputs_hash(tmp_path) == before
-    draft = tmp_path / bench.DRAFT_PACKAGES[0] / "new.py"  # a draft lab's code: no graded lab runs it
-    draft.parent.mkdir(parents=True, exist_ok=True)
-    draft.write_text("# the draft, changed\n")
-    assert bench.inputs_hash(tmp_path) == before
+    for package in bench.DRAFT_PACKAGES:
+        draft = tmp_path / package / "new.py"  # a draft lab's code: no graded lab runs it
+        draft.parent.mkdir(parents=True, exist_ok=True)
+        draft.write_text("# the draft, changed\n")
+        assert bench.inputs_hash(tmp_path) == before
+    modelpar = tmp_path / "lab_utils/training/modelpar/zero.py"  # Lab 7's code, since it joined: every lab
+    modelpar.write_text(modelpar.read_text() + "\n# changed\n")
+    assert bench.inputs_hash(tmp_path) != before
+    before = bench.inputs_hash(tmp_path)
     per_lab = {lab: bench.inputs_hash(tmp_path, lab=lab) for lab in ("01_single_node", "06_communication")}
     source = tmp_path / "grading/source/06_communication/06_communication.ipynb"
     source.write_text(source.read_text() + "\n")
