@@ -104,6 +104,19 @@ def test_a_gradient_summed_not_averaged_is_caught(ref):
     assert (table["relative to the largest weight"] > 1e-5).all()
 
 
+def test_a_step_that_changes_how_its_state_is_counted_fails_naming_what_it_replaced(ref):
+    """A forger's zero.py: plain data parallelism's state, counted as stage 2's by replacing the
+    count (the kind of forgery issue 48's classes name): the run fails, saying what was replaced."""
+    forger = ref / "forged_zero.py"
+    forger.write_text(
+        (ref / "zero.py").read_text()
+        + "\nimport lab_utils.training.modelpar.zero as _z\n_z._checked_state = lambda state, step: 1\n"
+    )
+    common = {"np": 2, "steps": 3, "hidden": 32, "batch_size": 8, "progress": False}
+    with pytest.raises(ClusterError, match=r"replaced lab_utils\.training\.modelpar\.zero\._checked_state"):
+        runs.run_zero(forger, stage=2, **common)
+
+
 # ----------------------------------------------------------------------------- Part C
 
 

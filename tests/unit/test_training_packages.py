@@ -52,3 +52,25 @@ def test_a_student_s_file_is_loaded_afresh_and_a_wrong_one_is_named(tmp_path):
         student_function(script, "ring_allreduce", "ring_allreduce(comm, x)")
     with pytest.raises(ImportError, match="notes.txt: not a Python script"):
         load_student(tmp_path / "notes.txt")
+
+
+def test_a_task_sees_what_a_student_s_code_replaced_of_its_measurements(monkeypatch):
+    """lab_utils.training.student.replaced: a lab_utils function, a method of one of its classes, a
+    clock or a builtin whose code is not Python's, the environment's or lab_utils' own."""
+    import time
+
+    from lab_utils.training import student
+    from lab_utils.training.modelpar import pipeline, zero
+
+    assert student.replaced() == []
+    student.check_untouched("nothing")  # nothing replaced: no error
+    monkeypatch.setattr(zero, "_checked_state", lambda state, step: 1)
+    monkeypatch.setattr(pipeline.Stage, "_recv", lambda self, what, i, frm: None)
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    assert student.replaced() == [
+        "lab_utils.training.modelpar.pipeline.Stage._recv",
+        "lab_utils.training.modelpar.zero._checked_state",
+        "time.perf_counter",
+    ]
+    with pytest.raises(RuntimeError, match=r"your code replaced .*zero\._checked_state.*: the lab measures the bubble"):
+        student.check_untouched("the bubble")

@@ -40,7 +40,7 @@ import numpy as np
 
 from lab_utils import report
 from lab_utils.data import pixels
-from lab_utils.training.student import student_function
+from lab_utils.training.student import check_untouched, student_function
 
 __all__ = ["Stage", "layer_sizes", "stage_layers", "make_parser", "main"]
 
@@ -261,6 +261,7 @@ def main(argv=None) -> int:
         else student_function(args.file, "gpipe_step", "gpipe_step(stage, micro_x, micro_y)")
     )
     out = _run(args, comm, schedule)
+    check_untouched("each stage's spans (the bubble) and the weights")
     if args.save_weights:
         np.savez(Path(args.save_weights) / f"stage{comm.Get_rank()}.npz", *out["stage"].weights())
     report.result(stage=comm.Get_rank(), stages=comm.Get_size(), layers=out["layers"], loss=out["stage"].loss,

@@ -36,7 +36,7 @@ from lab_utils import report
 from lab_utils.training.allreduce.ring_check import CountingComm
 from lab_utils.training.modelpar.collectives import load_collectives
 from lab_utils.training.modelpar.shards import shard_bounds
-from lab_utils.training.student import load_student
+from lab_utils.training.student import check_untouched, load_student
 
 __all__ = ["RTOL", "block_inputs", "reference", "main"]
 
@@ -147,6 +147,7 @@ def main(argv=None) -> int:
         cases.append(_one_case(student, comm, ops, args.d, args.f, batch, args.seed))
         if comm.allreduce(cases[-1]["raised"], op=MPI.LOR):
             break
+    check_untouched("the split block against the whole one, and the bytes each rank sends")
     if comm.Get_rank() == 0:
         report.result(cases=cases, np=comm.Get_size())
     return 0

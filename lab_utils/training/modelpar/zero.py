@@ -50,7 +50,7 @@ import numpy as np
 from lab_utils import report
 from lab_utils.data import pixels
 from lab_utils.training.modelpar.shards import adam_update, array_bytes, shard_bounds
-from lab_utils.training.student import student_function
+from lab_utils.training.student import check_untouched, student_function
 
 __all__ = ["STAGES", "STATE_KEYS", "FlatModel", "plain_step", "make_parser", "main"]
 
@@ -188,11 +188,11 @@ def _resident_bytes() -> int:
 
 
 def _checked_state(state: dict, step: int) -> int:
-    missing = [k for k in STATE_KEYS if not isinstance(state.get(k), np.ndarray)]
+    missing = [k for k in STATE_KEYS if type(state.get(k)) is not np.ndarray]  # a subclass could say any nbytes
     if missing:
         raise ValueError(
             f"after step {step}, state has no array {', '.join(map(repr, missing))}: keep the averaged gradient "
-            "you apply in state['grad'] and Adam's moments in state['m'] and state['v']"
+            "you apply in state['grad'] and Adam's moments in state['m'] and state['v'], as plain NumPy arrays"
         )
     return array_bytes(state)
 
@@ -244,6 +244,7 @@ def main(argv=None) -> int:
 
     comm = MPI.COMM_WORLD
     out = _train(args, comm, step_fn, _ops(args))
+    check_untouched("the state each rank keeps, its memory, the bytes it sends and the weights")
     out["rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     keys = ("state_bytes", "transient_bytes", "bytes_sent", "rss_peak_bytes", "rss_steps_bytes")
     every = comm.gather({k: out[k] for k in keys}, root=0)
