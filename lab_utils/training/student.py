@@ -73,7 +73,10 @@ def replaced() -> list[str]:
     bad = [f"builtins.{n}" for n in _BUILTINS if type(vars(builtins).get(n)) not in (builtin, type)]
     bad += [f"time.{n}" for n in _CLOCKS if type(vars(time).get(n)) is not builtin]
     for name, module in list(sys.modules.items()):
-        if not (name == "lab_utils" or name.startswith("lab_utils.")) or not isinstance(module, types.ModuleType):
+        if not isinstance(module, types.ModuleType):
+            continue
+        name = getattr(getattr(module, "__spec__", None), "name", None) or name  # a task run with -m: __main__
+        if not (name == "lab_utils" or name.startswith("lab_utils.")):
             continue
         for attr, f in list(vars(module).items()):
             if foreign(f):
