@@ -53,7 +53,8 @@ def _mistake(folder, name, old, new):
 # ----------------------------------------------------------------------------- Part A
 
 
-@pytest.mark.parametrize("np_", [1, 3, 4])
+# (2 and 3 ranks: Lab 7's CI run, as a student, in tests/notebooks/test_labs.py)
+@pytest.mark.parametrize("np_", [1, 4])
 def test_the_two_halves_match_mpi_and_send_a_ring_halfs_bytes(ref, np_):
     table = runs.check_collectives(ref / "collectives.py", np=np_, sizes=[0, 1, 5, 1001], dtypes=["int32", "float64"])
     assert len(table) == 24 and table["ok"].all(), table[~table["ok"]].to_string()
@@ -145,7 +146,8 @@ def pipe_ref():
     return runs.run_pipeline(None, stages=1, batch_size=32, steps=3, progress=False)
 
 
-@pytest.mark.parametrize("stages, micro", [(2, 1), (2, 8), (4, 4)])
+# (2 stages, m = 1, 2, 4, 8: Lab 7's CI run, as a student, in tests/notebooks/test_labs.py)
+@pytest.mark.parametrize("stages, micro", [(4, 1), (4, 4)])
 def test_a_pipeline_ends_with_one_process_weights_and_its_bubble(ref, pipe_ref, costs, stages, micro):
     run = runs.run_pipeline(ref / "pipeline.py", stages=stages, micro_batches=micro, batch_size=32, steps=3,
                             compute_s=0.2, progress=False)  # fmt: skip
