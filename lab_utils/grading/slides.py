@@ -148,7 +148,7 @@ def take_figures(
         "figures": figures,
     }
     if labs is not None:  # the labs taken apart from the rest, and when
-        apart = {lab: entry for lab, entry in earlier.get("labs", {}).items()}
+        apart = dict(earlier.get("labs", {}))
         for lab in sorted({ref["lab"] for ref in wanted.values()}):
             apart[lab] = {"taken": today, "commit": commit, "machine": machine}
         manifest["labs"] = dict(sorted(apart.items()))
