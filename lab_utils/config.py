@@ -56,6 +56,13 @@ VARIABLES = {
             "0: tasks record no timeline spans (bench/bench_timeline.py measures what recording costs); default on",
         ),
         Var(
+            "LABS_STRAGGLER",
+            None,
+            "task=seconds[,task=seconds] (e.g. rank:1=0.2 or worker:1=50ms): those tasks of every run kind sleep "
+            "that long at the start of each timed step, a 'straggler delay' on the timeline (what the critical "
+            "path and the waits by cause must find); Labs 2-3's PS runs also take --straggler",
+        ),
+        Var(
             "LABS_HANDIN_URL",
             None,
             "the class's hand-in service, e.g. http://127.0.0.1:8000/services/handin/ (set by the Hub's spawner): "
@@ -97,7 +104,7 @@ RUN_DIR, TASK, REPORT_FILE, REPORT_DIR, JOB = (
     "LABS_JOB",
 )
 RESULTS_FILE, HEADLESS, ALLOW_EXPOSED = "LABS_RESULTS_FILE", "LABS_HEADLESS", "LABS_ALLOW_EXPOSED"
-TRACE = "LABS_TRACE"
+TRACE, STRAGGLER = "LABS_TRACE", "LABS_STRAGGLER"
 HANDIN_URL, OFFLINE = "LABS_HANDIN_URL", "LABS_OFFLINE"
 SANDBOX, GRADING_TIMING, GRADING_DRIVEN, GRADING_REFERENCE_DIR = (
     "LAB_SANDBOX",

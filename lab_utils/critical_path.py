@@ -78,6 +78,7 @@ class Piece:
     end: float
     step: int | None
     on: tuple[str, ...] = ()  # the tasks a wait was on, when its span said so
+    index: int | None = None  # the step's place in its task's chain, from 0 (two steps may share a number)
 
     @property
     def seconds(self) -> float:
@@ -92,17 +93,20 @@ def pieces(timeline) -> dict[str, list[Piece]]:
         parts.setdefault((p.task, p.step), []).append(p)
     for task in timeline.tasks:
         chain: list[Piece] = []
-        for s in sorted((s for s in timeline.steps if s.task == task), key=lambda s: s.start):
+        for i, s in enumerate(sorted((s for s in timeline.steps if s.task == task), key=lambda s: s.start)):
             if chain and s.start > chain[-1].end:
                 chain.append(Piece(task, "between steps", "between", chain[-1].end, s.start, None))
             cursor = s.start
-            for p in sorted(parts.get((task, s.step), []), key=lambda p: p.start):
+            # a PS step is numbered by the global step, which a stale push leaves as it was: two
+            # steps of one task may share a number, and each keeps the parts inside it
+            mine = (p for p in parts.get((task, s.step), []) if s.start <= p.start and p.end <= s.end)
+            for p in sorted(mine, key=lambda p: p.start):
                 if p.start > cursor:
-                    chain.append(Piece(task, "other", "other", cursor, p.start, s.step))
-                chain.append(Piece(task, p.name, p.cat, p.start, p.end, s.step, p.on))
+                    chain.append(Piece(task, "other", "other", cursor, p.start, s.step, index=i))
+                chain.append(Piece(task, p.name, p.cat, p.start, p.end, s.step, p.on, i))
                 cursor = p.end
             if s.end > cursor:
-                chain.append(Piece(task, "other", "other", cursor, s.end, s.step))
+                chain.append(Piece(task, "other", "other", cursor, s.end, s.step, index=i))
         if chain:
             out[task] = chain
     return out
@@ -292,13 +296,68 @@ def _factor(p: Piece, scale: Mapping[str, float], tasks: Mapping[str, Mapping[st
     return float(own.get(p.cat, scale.get(p.cat, 1.0)))
 
 
-def what_if(timeline, scale: Mapping[str, float] | None = None, tasks: Mapping[str, Mapping[str, float]] | None = None):
+def _arrivals(chains, prev, w: Piece, r: Piece | None) -> list[Piece]:
+    """Where each task at the barrier that wait ``w`` waited at arrived: for every other task
+    (``w.on``'s, if the span named them), the piece before its own wait that was under way
+    when ``w`` ended (it had arrived and was waiting too), or else ``w``'s releaser (it
+    arrived last). ``w``'s own arrival (``prev[w]``) comes first; a task that did not wait
+    there is not at the barrier."""
+    out = [prev[w]] if prev[w] is not None else []
+    for task, chain in chains.items():
+        if task == w.task or (w.on and task not in w.on):
+            continue
+        mine = [q for q in chain if q.cat == "wait" and q.start <= w.end and q.end >= w.start - _EPS]
+        if mine and prev[mine[-1]] is not None:
+            out.append(prev[mine[-1]])
+        elif r is not None and r.task == task:
+            out.append(r)
+    return out
+
+
+def _noticed(asked: float, allowed: float, read: float) -> float:
+    """When a worker that asked for permission at ``asked`` (the first read's answer) and
+    polls the clocks (:mod:`lab_utils.training.ps.clocks`: pauses from 1 ms doubling to 20 ms,
+    each read taking ``read`` s) sees that it may go, once it may from ``allowed``."""
+    from lab_utils.training.ps.clocks import FIRST_PAUSE_SECS, MAX_PAUSE_SECS
+
+    t, pause = asked, FIRST_PAUSE_SECS
+    while t - read / 2 < allowed:
+        t += pause + read
+        pause = min(2 * pause, MAX_PAUSE_SECS)
+    return t
+
+
+def what_if(
+    timeline,
+    scale: Mapping[str, float] | None = None,
+    tasks: Mapping[str, Mapping[str, float]] | None = None,
+    *,
+    replicas: int | None = None,
+    staleness: float | None = None,
+):
     """Replay the run with each piece's duration times ``scale[cat]`` (``{"comm": 0.1}``:
     communication ten times faster; ``{"delay": 0}``: no injected delay), or ``tasks[task][cat]``
     for one task (``{"worker:1": {"delay": 0}}``). Waits are not scaled: they end when their
     own task and their releaser (replayed) allow. One row per task: its measured and predicted
     median step time (steps after the first) and their ratio; ``attrs["assumptions"]`` says what
-    the replay assumes."""
+    the replay assumes.
+
+    Two release rules can change too:
+
+    - ``replicas=R`` (a synchronous PS with backup workers, Lab 3): each wait at a barrier of
+      N tasks (every task that waited there, or arrived last) is released by the R-th arrival,
+      not the N-th, after the same latency the run had from its last arrival; a task that is
+      the R-th itself, or comes after it, waits as long as its waits were when it arrived last
+      (its push, the apply, its token); a sync worker's check that every token was taken
+      (``token queue``, ``peers' tokens``: this course's workers make it only with R = N) is
+      left out;
+    - ``staleness=s`` (SSP, Lab 6; ``math.inf``: no bound): each step that read the clocks
+      (``read clocks``) may start once every other task has finished ``clock - s`` steps, as
+      replayed, seen by the same polling as the run's (pauses from 1 ms doubling to 20 ms);
+      its recorded ``ssp wait`` is replaced. A step of a task that the run ended before it
+      made cannot be replayed: the replay has only the run's steps."""
+    import math
+
     import pandas as pd
 
     scale, tasks = dict(scale or {}), {k: dict(v) for k, v in (tasks or {}).items()}
@@ -307,17 +366,60 @@ def what_if(timeline, scale: Mapping[str, float] | None = None, tasks: Mapping[s
             raise ValueError("waits are not scaled: they follow from what they wait for")
         if not (isinstance(f, (int, float)) and f >= 0):
             raise ValueError(f"a scale must be a number >= 0, got {cat}: {f!r}")
+    if replicas is not None and not (isinstance(replicas, int) and replicas >= 1):
+        raise ValueError(f"replicas must be an int >= 1 (gradients per update), got {replicas!r}")
+    if staleness is not None and not (isinstance(staleness, (int, float)) and staleness >= 0):
+        raise ValueError(f"staleness must be a number >= 0 (math.inf: no bound), got {staleness!r}")
+    from lab_utils.training.ps.clocks import ASK_SPAN, WAIT_SPAN
+    from lab_utils.training.ps.task import TOKEN_SPANS
+
     chains = pieces(timeline)
+    # with R < N a sync worker does not read the token queue before its step (R = N only)
+    fewer = replicas is not None and replicas < len(chains)
+    dropped = {p for c in chains.values() for p in c if p.name in TOKEN_SPANS} if fewer else set()
+    recorded = releasers(chains)
     # only releases that ended by the wait's end: one within the slack after it could close a cycle
     # (that wait's task's next piece released the releaser's task's wait before it); such a wait
     # keeps its duration
-    released = {w: (r if r is not None and r.end <= w.end else None) for w, r in releasers(chains).items()}
+    released = {w: (r if r is not None and r.end <= w.end else None) for w, r in recorded.items()}
     prev = {p: (c[i - 1] if i else None) for c in chains.values() for i, p in enumerate(c)}
+    arrivals: dict[Piece, list[Piece]] = {}
+    alone: dict[
+        str, float
+    ] = {}  # per task: how long its wait was when it arrived last (its push, the apply, its token)
+    if replicas is not None:
+        last: dict[str, list[float]] = {}
+        for w, r in recorded.items():
+            if w.name != WAIT_SPAN:
+                arrivals[w] = came = [a for a in _arrivals(chains, prev, w, r) if a.end <= w.end]
+                if len(came) > 1 and came[0] is prev[w] and w.start >= max(a.end for a in came):
+                    last.setdefault(w.task, []).append(w.seconds)
+        anyone = [x for v in last.values() for x in v]
+        alone = {task: statistics.median(last.get(task) or anyone) for task in chains} if anyone else {}
+    gates: dict[
+        Piece, tuple[Piece, list[Piece]]
+    ] = {}  # the piece after a read of the clocks: (the read, what it waits for)
+    if staleness is not None:
+        ends = {k: {} for k in chains}  # task -> step index -> its last piece
+        for task, chain in chains.items():
+            for q in chain:
+                if q.index is not None:
+                    ends[task][q.index] = q
+        for task, chain in chains.items():
+            for i, q in enumerate(chain[:-1]):
+                if q.name == ASK_SPAN and q.index is not None:
+                    need = q.index - staleness - 1  # every other task has finished clock - s steps
+                    done = (
+                        []
+                        if need < 0 or math.isinf(need)
+                        else [e[int(need)] for k, e in ends.items() if k != task and int(need) in e]
+                    )
+                    gates[chain[i + 1]] = (q, done)
     new_start: dict[Piece, float] = {}
     new_end: dict[Piece, float] = {}
     entered: set[Piece] = set()  # expanded and not yet replayed: the pieces on the path being resolved
     for first in sorted((p for c in chains.values() for p in c), key=lambda p: (p.end, p.start)):
-        stack = [first]  # depth first: a piece after its task's previous one and its releaser
+        stack = [first]  # depth first: a piece after its task's previous one and what releases it
         while stack:
             p = stack[-1]
             if p in new_end:
@@ -327,7 +429,10 @@ def what_if(timeline, scale: Mapping[str, float] | None = None, tasks: Mapping[s
             r = released.get(p) if p.cat == "wait" else None
             if r is not None and r not in new_end and r in entered:  # a cycle within the clocks' slack: cut it
                 released[p] = r = None
-            needs = [q for q in (prev[p], r) if q is not None and q not in new_end]
+            if p in arrivals:
+                arrivals[p] = [a for a in arrivals[p] if a in new_end or a not in entered or a is prev[p]]
+            others = [*arrivals.get(p, ()), *gates.get(p, (None, ()))[1]]
+            needs = [q for q in (prev[p], r, *others) if q is not None and q not in new_end]
             if any(q in entered for q in needs):
                 raise RuntimeError(f"what_if: {p.task}'s {p.name} at {p.start:.6f} depends on itself")
             if needs:
@@ -336,8 +441,25 @@ def what_if(timeline, scale: Mapping[str, float] | None = None, tasks: Mapping[s
             stack.pop()
             start = new_end[prev[p]] if prev[p] is not None else p.start
             r = released.get(p) if p.cat == "wait" else None
-            if p.cat != "wait":
+            if p in gates:
+                ask, done = gates[p]
+                allowed = max((new_end[q] for q in done), default=-math.inf)
+                go = _noticed(start, allowed, ask.seconds) if allowed > start else start
+                if p.name == WAIT_SPAN:  # the recorded wait, as long as the new bound makes it
+                    new_start[p], new_end[p] = start, go
+                    continue
+                start = go
+            if p in dropped:
+                end = start
+            elif p.cat != "wait":
                 end = start + p.seconds * _factor(p, scale, tasks)
+            elif p in arrivals and arrivals[p]:
+                came = sorted(new_end[a] if a is not prev[p] else start for a in arrivals[p])
+                kth = came[min(replicas, len(came)) - 1]
+                if kth > start:  # released by another's arrival, after the latency the run had from the last
+                    end = kth + max(0.0, p.end - max(a.end for a in arrivals[p]))
+                else:  # it completes the R itself (or comes after): as long as its waits when it came last
+                    end = start + alone.get(p.task, p.seconds)
             elif r is None:
                 end = start + p.seconds
             else:
@@ -347,8 +469,8 @@ def what_if(timeline, scale: Mapping[str, float] | None = None, tasks: Mapping[s
     for task, chain in chains.items():
         by_step: dict[int, list[Piece]] = {}
         for p in chain:
-            if p.step is not None:
-                by_step.setdefault(p.step, []).append(p)
+            if p.index is not None:
+                by_step.setdefault(p.index, []).append(p)
         keep = sorted(by_step)[1:] or sorted(by_step)
         measured = [by_step[k][-1].end - by_step[k][0].start for k in keep]
         predicted = [new_end[by_step[k][-1]] - new_start[by_step[k][0]] for k in keep]
@@ -358,6 +480,7 @@ def what_if(timeline, scale: Mapping[str, float] | None = None, tasks: Mapping[s
     table = pd.DataFrame(rows).set_index("task")
     table.attrs["assumptions"] = ASSUMPTIONS
     table.attrs["scale"] = {"all": scale, **tasks}
+    table.attrs["rules"] = {k: v for k, v in (("replicas", replicas), ("staleness", staleness)) if v is not None}
     return table
 
 

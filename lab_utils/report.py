@@ -61,16 +61,20 @@ __all__ = [
     "EventTail",
     "task_name",
     "rank",
+    "peers",
+    "straggle",
 ]
 
 #: What a span of a step may be (``other``: what no span covers, added by the reader).
 CATEGORIES = ("compute", "comm", "wait", "delay", "eval")
 
 _RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 _handle = None
 _handle_path: str | None = None
 _spans: list[list] = []  # [name, category, start, end] of the step in progress
 _tracing: bool | None = None
+_straggle: float | None = None  # LABS_STRAGGLER for this task, read once
 
 
 def rank() -> int | None:
@@ -80,6 +84,16 @@ def rank() -> int | None:
         if value is not None and value.isdigit():
             return int(value)
     return None
+
+
+def peers(ranks: Sequence[int] | None = None) -> list[str]:
+    """The other ranks of this MPI/Horovod job as tasks (``rank:<r>``), of ``ranks`` (default
+    every rank of the job): what a collective's span is ``on``. Empty outside a job."""
+    mine = rank()
+    if ranks is None:
+        size = next((int(v) for v in (os.environ.get(n) for n in _SIZE_VARS) if v and v.isdigit()), 0)
+        ranks = range(size) if mine is not None else ()
+    return [f"rank:{r}" for r in ranks if r != mine]
 
 
 def task_name() -> str:
@@ -170,8 +184,8 @@ def tracing() -> bool:
 def _on(cat: str, on: str | Sequence[str] | None) -> list[str] | None:
     if on is None:
         return None
-    if cat != "wait":
-        raise ValueError(f"only a wait is on other tasks, not a {cat!r} span")
+    if cat not in ("wait", "comm", "compute"):
+        raise ValueError(f"a wait, or a collective's comm or compute, is on other tasks, not a {cat!r} span")
     names = [on] if isinstance(on, str) else list(on)
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ValueError(f"on must name tasks ('worker:1' or a list of them), got {on!r}")
@@ -182,7 +196,10 @@ def add_span(name: str, cat: str, start: float, end: float, *, on: str | Sequenc
     """Record that this step spent ``[start, end]`` (``time.time()`` seconds) on ``name``,
     of category ``cat`` (one of :data:`CATEGORIES`); it goes out with the next :func:`step`.
     ``on``: a wait's task(s) it waited for, where the code knows them (the critical path and
-    the causes of waits then look only there, :mod:`lab_utils.critical_path`)."""
+    the causes of waits then look only there, :mod:`lab_utils.critical_path`); on a ``comm``
+    or ``compute`` span, the other tasks of a collective (an all-reduce, an all-gather): it
+    could not finish before each of them began its span of the same name, and the timeline
+    shows the time until the last one did as waiting (:mod:`lab_utils.timeline`)."""
     if cat not in CATEGORIES:
         raise ValueError(f"span category must be one of {', '.join(CATEGORIES)}, got {cat!r}")
     if end < start:
@@ -211,6 +228,21 @@ class span:
         if tracing():
             row = [self.name, self.cat, round(self.start, 6), round(time.time(), 6)]
             _spans.append([*row, self.on] if self.on else row)
+
+
+def straggle() -> float:
+    """At the start of a timed step: sleep as long as ``LABS_STRAGGLER`` says for this task
+    (``rank:1=0.2``, several joined by commas), recorded as the step's ``straggler delay``
+    (``delay``). Every run kind's step loop calls it; the seconds slept (0.0: not named)."""
+    global _straggle
+    if _straggle is None:
+        from lab_utils.training.ps.settings import parse_straggler
+
+        _straggle = parse_straggler(config.get(config.STRAGGLER) or "").get(task_name(), 0.0)
+    if _straggle > 0:
+        with span("straggler delay", "delay"):
+            time.sleep(_straggle)  # the injected slowness: the one deliberate sleep, as Labs 2-3's
+    return _straggle
 
 
 def step(step: int, examples: int, *, started: float | None = None, **fields: Any) -> dict:

@@ -126,6 +126,33 @@ def _steps(events: Iterable[Mapping]) -> tuple[list[Span], list[Span]]:
     return steps, parts
 
 
+def _collectives(parts: list[Span]) -> list[Span]:
+    """A collective's span (a ``comm`` or ``compute`` span ``on`` the other tasks of an
+    all-reduce, an all-gather...) could not finish before each of them began its span of the
+    same name in the same step: the time until the last one did is waiting (``<name>: waiting``,
+    ``on`` them), the rest is the collective's own. Every other part is as it was."""
+    index: dict[tuple, list[Span]] = {}
+    for p in parts:
+        if p.on and p.cat != "wait":
+            index.setdefault((p.task, p.name, p.step), []).append(p)
+    out: list[Span] = []
+    for p in parts:
+        if not p.on or p.cat == "wait":
+            out.append(p)
+            continue
+        starts = []
+        for task in p.on:  # theirs in the same step (the nearest, where a number repeats)
+            theirs = index.get((task, p.name, p.step))
+            if theirs:
+                starts.append(min(theirs, key=lambda q: abs(q.start - p.start)).start)
+        last = min(max([p.start, *starts]), p.end)  # it came last: no wait
+        if last > p.start:
+            out.append(Span(p.task, f"{p.name}: waiting", "wait", p.start, last, p.step, p.on))
+        if p.end > last:
+            out.append(Span(p.task, p.name, p.cat, last, p.end, p.step))
+    return out
+
+
 def read_horovod_timeline(path: str | os.PathLike) -> list[dict]:
     """Horovod's timeline: a JSON array that a killed or still running job leaves open."""
     text = Path(path).read_text().strip()
@@ -180,21 +207,28 @@ def _negotiate_and_collective(activities: dict[str, list[tuple[float, float]]]) 
     return negotiate, collective
 
 
-def _horovod_parts(steps: list[Span], negotiate: list, collective: list) -> list[Span]:
-    """Parts of the steps that recorded none of their own, from Horovod's timeline: rank 0
-    negotiates (``wait``) then all-reduces (``comm``), having computed until it asked
-    (``compute``); every other rank all-reduces at the same moment."""
+def _horovod_parts(steps: list[Span], negotiate: list, collective: list, delays: Sequence[Span] = ()) -> list[Span]:
+    """Parts of the steps that recorded none of their own (an injected delay aside, kept),
+    from Horovod's timeline: rank 0 negotiates (``wait``) then all-reduces (``comm``), having
+    computed until it asked (``compute``, after the delay); every other rank all-reduces at
+    the same moment."""
     out: list[Span] = []
     for s in steps:
-        raw = []
+        raw = [
+            (d.name, d.cat, d.start, d.end)
+            for d in delays
+            if d.task == s.task and d.step == s.step and s.start <= d.start < s.end
+        ]
         mine = [("all-reduce", "comm", lo, hi) for lo, hi in collective if s.start <= lo < s.end]
         if s.task == "rank:0":
             mine += [("negotiate", "wait", lo, hi) for lo, hi in negotiate if s.start <= lo < s.end]
         if not mine:
+            out += _parts(s, raw)
             continue
         first = min(m[2] for m in mine)
-        if first > s.start:
-            raw.append(("gradients", "compute", s.start, first))
+        computing = max([s.start, *(r[3] for r in raw if r[3] <= first)])
+        if first > computing:
+            raw.append(("gradients", "compute", computing, first))
         out += _parts(s, raw + mine)
     return out
 
@@ -258,19 +292,21 @@ class Timeline:
         task that wrote no event still gets a track); ``horovod``: a Horovod timeline file."""
         names = list(dict.fromkeys([*tasks, *(str(e.get("task")) for e in events if e.get("task"))]))
         steps, parts = _steps(events)
+        parts = _collectives(parts)
         hvd_trace: list[dict] = []
         overlap = None
         if horovod is not None and Path(horovod).is_file():
             hvd_trace = read_horovod_timeline(horovod)
             t0 = _horovod_start(hvd_trace)
             if t0 is not None:
-                own = {p.task for p in parts}
+                own = {p.task for p in parts if p.cat != "delay"}  # an injected delay is not the step's work
                 bare = [s for s in steps if s.task not in own]
                 found = horovod_activities(hvd_trace, t0)
                 split = _negotiate_and_collective(
                     {name: [(lo, hi) for _, lo, hi in ivs] for name, ivs in found.items()}
                 )
-                parts += _horovod_parts(bare, *split)
+                merged = _horovod_parts(bare, *split, [p for p in parts if p.task not in own])
+                parts = [p for p in parts if p.task in own] + merged
                 overlap = _horovod_overlap([s for s in bare if s.task == "rank:0"], *split)
                 hvd_trace = [dict(e, ts=e["ts"] + t0 * 1e6) if "ts" in e else e for e in hvd_trace]
             else:
@@ -425,11 +461,12 @@ class Timeline:
 
         critical_path.show(self, steps)
 
-    def what_if(self, scale=None, tasks=None):
-        """The run replayed with scaled durations: each task's predicted step time."""
+    def what_if(self, scale=None, tasks=None, *, replicas=None, staleness=None):
+        """The run replayed with scaled durations (or another R of N, another SSP bound):
+        each task's predicted step time (:func:`lab_utils.critical_path.what_if`)."""
         from lab_utils import critical_path
 
-        return critical_path.what_if(self, scale, tasks)
+        return critical_path.what_if(self, scale, tasks, replicas=replicas, staleness=staleness)
 
     # ---- figures
 

@@ -186,6 +186,7 @@ def run_steps(
     while not done(stats.step):
         if before_step is not None:
             before_step()
+        report.straggle()  # LABS_STRAGGLER: this task made slow, every step
         xb, yb = next(batch_iter)
         previous = stats.step
         new_step, loss = step(xb, yb, stats)

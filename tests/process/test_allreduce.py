@@ -84,20 +84,27 @@ def test_busbw_sweep_times_every_method(ring_ref):
 # ----------------------------------------------------------------------------- Parts B and C
 
 
+STRAGGLER = "rank:1=0.03,worker:1=0.03"  # Horovod's ranks, MWMS's workers
+
+
 @pytest.fixture(scope="module")
 def equal_runs(hvd_ref, tmp_path_factory):
-    """Horovod (Gloo, MPI), one process, sync PS, MWMS with equivalent settings: weights."""
+    """Horovod (Gloo, MPI), one process, sync PS, MWMS with equivalent settings: weights. The
+    second worker of Horovod's and MWMS's runs is made a straggler (``LABS_STRAGGLER``, 30 ms a
+    step): what the others waited for is known, and the weights do not depend on time."""
     os.environ.setdefault("LABS_RUN_ROOT", str(tmp_path_factory.mktemp("runs")))
     base = {"steps": 40, "seed": 3, "batch_size": 50}
     lr = 0.2
     out = {}
-    for controller in ("gloo", "mpi"):
-        run = allreduce_runs.run_hvd(
-            hvd_ref, 2, args={**base, "learning_rate": lr}, controller=controller, save_weights=True, timeline=True
-        )
-        out[f"horovod {controller}"] = run
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LABS_STRAGGLER", STRAGGLER)
+        for controller in ("gloo", "mpi"):
+            run = allreduce_runs.run_hvd(
+                hvd_ref, 2, args={**base, "learning_rate": lr}, controller=controller, save_weights=True, timeline=True
+            )
+            out[f"horovod {controller}"] = run
+        out["mwms"] = allreduce_runs.run_mwms(2, args={**base, "learning_rate": 2 * lr}, save_weights=True)
     out["one process"] = allreduce_runs.run_single(2, args={**base, "learning_rate": 2 * lr}, save_weights=True)
-    out["mwms"] = allreduce_runs.run_mwms(2, args={**base, "learning_rate": 2 * lr}, save_weights=True)
     ps_file = str(tmp_path_factory.mktemp("ps") / "weights.npz")
     out["sync PS"] = ps_runs.run_ps(
         reference_script("03_ps_sync", "train_sync.py"),
@@ -124,6 +131,19 @@ def test_each_method_s_timeline_adds_up_to_the_training_time_its_tasks_measured(
         sec = tl.seconds()
         assert sec["rank:0"]["wait"] > 0 and all(sec[r]["comm"] > 0 for r in ("rank:0", "rank:1")), (name, sec)
         assert any(e.get("pid", 0) >= 1000 for e in tl.chrome_trace()["traceEvents"])  # its tensors' tracks
+
+
+def test_a_horovod_or_mwms_worker_waits_for_the_stragglers_delay(equal_runs):
+    """Why a step was slow, in every all-reduce run kind: rank 0 negotiates (Horovod's timeline)
+    until the straggler asks too; an MWMS worker's one graph call waits in its all-reduce for
+    the last worker to begin its own (issue 55)."""
+    for name, waiter, straggler in (("horovod gloo", "rank:0", "rank:1"), ("horovod mpi", "rank:0", "rank:1"),
+                                    ("mwms", "worker:0", "worker:1")):  # fmt: skip
+        tl = equal_runs[name].timeline()
+        seconds = timelines.check_cause(tl, waiter, straggler)
+        path = tl.critical_path()
+        on_path = path[(path["task"] == straggler) & (path["cat"] == "delay")]["seconds"].sum()
+        assert on_path == pytest.approx(seconds, rel=0.10), (name, path.groupby(["task", "what"])["seconds"].sum())
 
 
 def test_four_methods_end_with_the_same_weights(equal_runs):

@@ -32,8 +32,10 @@ def no_network_left():
         assert not (set(netem.namespaces()) if netem.how() == "netns" else set()) - before
 
 
-def test_every_mode_trains_the_same_model_locally(no_network_left):
-    """About 35 s: three runs of 2 workers (plus a PS), 4 steps each, over loopback."""
+def test_every_mode_trains_the_same_model_locally(no_network_left, monkeypatch):
+    """About 35 s: three runs of 2 workers (plus a PS), 4 steps each, over loopback. The PS
+    modes' second worker (rank 2) is a straggler: what the first waits for is known."""
+    monkeypatch.setenv("LABS_STRAGGLER", "rank:2=0.1")
     runs = {mode: hybrid.run_hybrid(mode, 2, hosts="local", steps=3, warmup=1, timeout=120) for mode in hybrid.MODES}
     rows = {mode: run.row for mode, run in runs.items()}
     for mode, row in rows.items():
@@ -62,6 +64,9 @@ def test_every_mode_trains_the_same_model_locally(no_network_left):
             )
             assert sum(sec["rank:1"][c] for c in ("compute", "comm", "wait")) == pytest.approx(timed, rel=0.05), mode
             assert sec["rank:1"]["comm"] > 0 and sec["rank:1"]["compute"] > 0, (mode, sec)
+            # its pull (the PS answers once every worker asked) and its all-reduce wait for the
+            # straggler: rank 1's waits are rank 2's delay (issue 55)
+            timelines.check_cause(tl, "rank:1", "rank:2")
 
 
 @pytest.mark.skipif(NO_EMULATION is not None, reason=f"no emulated hosts here: {NO_EMULATION}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import timelines
 
 from lab_utils.cluster import ClusterError, netem
 from lab_utils.grading.scripts import writefile_scripts
@@ -185,3 +186,19 @@ def test_a_schedule_that_forgets_a_backward_is_named_not_hung(ref):
     wrong = _mistake(ref, "pipeline.py", "for i in reversed(range(m)):", "for i in reversed(range(m - 1)):")
     with pytest.raises(ClusterError, match="went forward, never backward"):
         runs.run_pipeline(wrong, stages=2, micro_batches=2, batch_size=8, steps=1, progress=False, timeout=60)
+
+
+@pytest.mark.parametrize("kind", ["zero", "pipeline"])
+def test_a_rank_waits_for_the_stragglers_delay(ref, monkeypatch, kind):
+    """Why a step was slow (issue 55): rank 0 sleeps 0.2 s a step. ZeRO's collectives wait for
+    the last rank to begin them; the second stage waits for the first's activations."""
+    monkeypatch.setenv("LABS_STRAGGLER", "rank:0=0.2")
+    if kind == "zero":
+        run = runs.run_zero(ref / "zero.py", stage=2, collectives_file=ref / "collectives.py", np=2, steps=4,
+                            hidden=64, batch_size=16, progress=False)  # fmt: skip
+    else:
+        run = runs.run_pipeline(ref / "pipeline.py", stages=2, micro_batches=2, batch_size=32, steps=3,
+                                compute_s=0.05, progress=False)  # fmt: skip
+    tl = run.timeline()
+    assert tl.problems() == []
+    timelines.check_cause(tl, "rank:1", "rank:0")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from support import timelines
 
-from lab_utils import report
+from lab_utils import report, timeline
 from lab_utils.cluster import netem
 from lab_utils.training import netexp
 
@@ -74,3 +74,19 @@ def test_the_model_decides_alexnet_is_communication_bound_where_resnet50_is_not(
         mb = netexp.model_step(name, "100mbit", 0.25)["mb"]
         assert row["PS host MB/step"] == pytest.approx(4 * 2 * mb, rel=0.05)
         assert row["ring rank MB/step"] == pytest.approx(2 * 2 * 3 / 4 * mb, rel=0.05)
+
+
+@pytest.mark.parametrize("mode, waiter", [("ps", "rank:2"), ("allreduce", "rank:0")])
+def test_a_worker_waits_for_the_stragglers_delay(monkeypatch, mode, waiter):
+    """Why a step was slow (issue 55), over loopback: rank 1 sleeps 0.2 s a step. A ring rank
+    waits at the barrier; a PS worker's pull waits until the PS has every worker's gradient,
+    the last of them from the straggler, whose delay is the cause of both, and on the path."""
+    monkeypatch.setenv("LABS_STRAGGLER", "rank:1=0.2")
+    run = netexp.run_netexp(mode, 2, hosts="local", mb=1.0, steps=3, warmup=1, compute_s=0.05, progress=False)
+    tl = timeline.load(run.trace)
+    assert tl.problems() == []
+    seconds = timelines.check_cause(tl, waiter, "rank:1")
+    path = tl.critical_path()
+    assert path[(path["task"] == "rank:1") & (path["cat"] == "delay")]["seconds"].sum() == pytest.approx(
+        seconds, rel=0.1
+    )

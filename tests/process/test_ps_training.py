@@ -122,6 +122,7 @@ def test_async_straggler_does_not_stop_the_others_and_is_stale(scripts):
     sec = timelines.check(cluster.timeline, measured, tasks=["ps:0", "worker:0", "worker:1"])
     assert sec["worker:1"]["delay"] == pytest.approx(0.03 * slow["local_steps"], rel=0.15)
     assert sec["worker:0"]["wait"] == 0 and sec["worker:0"]["delay"] == 0
+    assert cluster.timeline.waits_by_cause().empty  # nobody waited for anybody: no cause to find
     assert sec["worker:0"]["comm"] > 0 and sec["worker:0"]["compute"] > 0
 
 

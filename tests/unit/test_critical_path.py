@@ -118,11 +118,11 @@ def test_what_a_wait_was_on_survives_the_trace_file(tmp_path):
     assert {p.on for p in back.parts if p.cat == "wait" and p.task == "worker:0"} == {("worker:1",)}
 
 
-def test_only_a_wait_is_on_other_tasks_and_on_names_them(tmp_path, monkeypatch):
+def test_a_wait_or_a_collective_is_on_other_tasks_and_on_names_them(tmp_path, monkeypatch):
     monkeypatch.setenv("LABS_REPORT_FILE", str(tmp_path / "events.jsonl"))
     monkeypatch.setattr(report, "_tracing", None)
-    with pytest.raises(ValueError, match="only a wait"):
-        report.add_span("push", "comm", T0, T0 + 1, on="worker:1")
+    with pytest.raises(ValueError, match="a wait, or a collective"):
+        report.add_span("slept", "delay", T0, T0 + 1, on="worker:1")
     with pytest.raises(ValueError, match="on must name tasks"):
         report.span("token", "wait", on=[""])
     with report.span("token", "wait", on="worker:1"):
@@ -189,3 +189,121 @@ def test_two_waits_released_within_the_slack_after_each_other_do_not_loop():
     for _task, rows in table.groupby("task"):
         assert rows["seconds"].sum() == pytest.approx(rows["waited (s)"].iloc[0]), rows
     critical_path.what_if(run, scale={"compute": 0.5})
+
+
+def test_backup_workers_replay_releases_each_wait_at_the_first_gradient():
+    """R = 1 of 2: worker:0 no longer waits for worker:1's delay, only as long as a wait took
+    when its own gradient was the one awaited (worker:1's: 0.02 s); worker:1 keeps its pace."""
+    run = _straggler_run()
+    fewer = critical_path.what_if(run, replicas=1)
+    # compute 0.1, push 0.05, its own release 0.02, the step's rest 0.03
+    assert fewer.loc["worker:0", "predicted step (s)"] == pytest.approx(0.2)
+    assert fewer.loc["worker:1", "predicted step (s)"] == pytest.approx(PERIOD)
+    assert fewer.attrs["rules"] == {"replicas": 1}
+    every = critical_path.what_if(run, replicas=2)
+    assert list(every["predicted / measured"]) == pytest.approx([1.0, 1.0])
+    with pytest.raises(ValueError, match="replicas must be an int >= 1"):
+        critical_path.what_if(run, replicas=0)
+
+
+def _ssp_run(steps=8, delay=0.5):
+    """SSP with s = 0, 2 workers: each step reads the clocks (10 ms); worker:1 sleeps ``delay``
+    then computes 0.1 s; worker:0 computes 0.1 s but may start step k only once worker:1 has
+    finished k steps (its wait ends 1 ms after)."""
+    events, ends1, t = [], [], 0.0
+    for k in range(steps):
+        spans = [("read clocks", "comm", t, t + 0.01), ("straggler delay", "delay", t + 0.01, t + 0.01 + delay),
+                 ("compute", "compute", t + 0.01 + delay, t + 0.11 + delay)]  # fmt: skip
+        events.append(_step("worker:1", k + 1, t, t + 0.11 + delay, *spans))
+        t += 0.11 + delay
+        ends1.append(t)
+    t = 0.0
+    for k in range(steps):
+        spans = [("read clocks", "comm", t, t + 0.01)]
+        go = t + 0.01
+        if k and ends1[k - 1] + 0.001 > go:
+            go = ends1[k - 1] + 0.001
+            spans.append(("ssp wait", "wait", t + 0.01, go))
+        spans.append(("compute", "compute", go, go + 0.1))
+        events.append(_step("worker:0", k + 1, t, go + 0.1, *spans))
+        t = go + 0.1
+    return Timeline.from_events(events, ["worker:0", "worker:1"])
+
+
+def test_another_ssp_bound_is_replayed_from_the_clocks_the_steps_read():
+    run = _ssp_run()
+    measured = critical_path.what_if(run).loc["worker:0", "measured step (s)"]
+    assert measured == pytest.approx(0.61, abs=0.01)  # lockstep with the straggler
+    free = critical_path.what_if(run, staleness=float("inf"))
+    assert free.loc["worker:0", "predicted step (s)"] == pytest.approx(0.11)  # its own read and compute
+    assert free.loc["worker:1", "predicted step (s)"] == pytest.approx(0.61)
+    same = critical_path.what_if(run, staleness=0)  # its own bound: the polling's notice, not 1 ms
+    assert same.loc["worker:0", "predicted step (s)"] == pytest.approx(measured, abs=0.03)
+    longer = _ssp_run(steps=20)  # s = 3: 3 steps ahead, then the straggler's pace again
+    looser = critical_path.what_if(longer, staleness=3)
+    assert looser.loc["worker:0", "predicted step (s)"] == pytest.approx(measured, abs=0.03)
+    ahead = critical_path.what_if(run, staleness=3)  # in 8 steps, 3 of the 7 after the first are free
+    assert ahead.loc["worker:0", "predicted step (s)"] < measured - 0.2
+    with pytest.raises(ValueError, match="staleness must be a number >= 0"):
+        critical_path.what_if(run, staleness=-1)
+
+
+def test_a_collective_waits_for_its_last_member_and_the_straggler_is_the_cause():
+    """An all-gather ``on`` the other rank cannot finish before that rank begins its own: the
+    time until then is waiting, caused by what the late rank did (its injected delay)."""
+    events = []
+    for k in range(3):
+        t = k * 1.0
+        events.append(_step("rank:0", k + 1, t, t + 1.0, ("compute", "compute", t, t + 0.2),
+                            ("allgather", "comm", t + 0.2, t + 1.0, ["rank:1"])))  # fmt: skip
+        events.append(_step("rank:1", k + 1, t, t + 1.0, ("straggler delay", "delay", t, t + 0.6),
+                            ("compute", "compute", t + 0.6, t + 0.8), ("allgather", "comm", t + 0.8, t + 1.0, ["rank:0"])))  # fmt: skip
+    run = Timeline.from_events(events)
+    assert run.problems() == []
+    mine = [p for p in run.parts if p.task == "rank:0" and p.step == 1]
+    assert [(p.name, p.cat, round(p.seconds, 6)) for p in mine] == [
+        ("compute", "compute", 0.2), ("allgather: waiting", "wait", 0.6), ("allgather", "comm", 0.2)]  # fmt: skip
+    assert not any(p.cat == "wait" for p in run.parts if p.task == "rank:1")  # it came last
+    causes = critical_path.waits_by_cause(run)
+    top = causes[causes["task"] == "rank:0"].iloc[0]
+    assert top["cause"] == "rank:1: injected delay" and top["seconds"] == pytest.approx(3 * 0.6)
+
+
+def test_a_step_number_that_repeats_keeps_each_steps_own_parts():
+    """A stale push leaves a PS worker's global step as it was: two steps of one task share a
+    number, and each keeps its own parts (not both steps' twice)."""
+    events = [_step("worker:0", 7, 0, 1, ("compute", "compute", 0, 0.5)),
+              _step("worker:0", 7, 1, 2, ("compute", "compute", 1, 1.5))]  # fmt: skip
+    chains = critical_path.pieces(Timeline.from_events(events))
+    assert [(p.name, p.index, p.start - T0) for p in chains["worker:0"]] == [
+        ("compute", 0, 0), ("other", 0, 0.5), ("compute", 1, 1), ("other", 1, 1.5)]  # fmt: skip
+    assert critical_path.what_if(Timeline.from_events(events))["measured step (s)"].iloc[0] == pytest.approx(1.0)
+
+
+def test_a_straggler_named_in_the_environment_sleeps_each_step_as_a_delay(tmp_path, monkeypatch):
+    slept = []
+    monkeypatch.setenv("LABS_REPORT_FILE", str(tmp_path / "events.jsonl"))
+    monkeypatch.setenv("LABS_TASK", "rank:1")
+    monkeypatch.setenv("LABS_STRAGGLER", "rank:0=0.5,rank:1=25ms")
+    monkeypatch.setattr(report, "_tracing", None)
+    monkeypatch.setattr(report, "_straggle", None)
+    monkeypatch.setattr(report.time, "sleep", slept.append)
+    assert report.straggle() == pytest.approx(0.025) and slept == [pytest.approx(0.025)]
+    report.step(1, 1, started=T0)
+    (event,) = report.read_events(tmp_path / "events.jsonl", "step")
+    assert [s[:2] for s in event["spans"]] == [["straggler delay", "delay"]]
+    monkeypatch.setenv("LABS_TASK", "rank:2")
+    monkeypatch.setattr(report, "_straggle", None)
+    assert report.straggle() == 0.0 and len(slept) == 1  # not named: nothing
+
+
+def test_peers_are_the_other_ranks_of_the_job(monkeypatch):
+    for name in ("HOROVOD_RANK", "HOROVOD_SIZE", "PMI_RANK", "PMIX_RANK", "PMI_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "3")
+    assert report.peers() == ["rank:0", "rank:2"]
+    assert report.peers(range(1, 3)) == ["rank:2"]  # the workers, rank 0 serving
+    monkeypatch.delenv("OMPI_COMM_WORLD_RANK")
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
+    assert report.peers() == []

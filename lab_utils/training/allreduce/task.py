@@ -216,6 +216,9 @@ def train(
     # One process computes the whole step: one part. Horovod's and MultiWorkerMirrored's steps
     # all-reduce inside the same graph call; Horovod's own timeline splits them (the kernel side).
     part = report.span("forward/backward/update", "compute") if settings.strategy == "single" else None
+    if settings.strategy == "mwms":  # one graph call, all-reduce inside: it waits for every worker's
+        others = [f"worker:{r}" for r in range(size) if r != rank]
+        part = report.span("forward/backward, all-reduce, update", "compute", on=others or None)
 
     def one(xb, yb, _stats):
         with part or contextlib.nullcontext():

@@ -114,7 +114,7 @@ class TimedFeedback(ErrorFeedback):
             return
         report.add_span("forward/backward", "compute", start, enc[0])
         report.add_span("encode", "compute", *enc)
-        report.add_span("allgather", "comm", enc[1], dec[0])
+        report.add_span("allgather", "comm", enc[1], dec[0], on=report.peers() or None)  # a collective
         report.add_span("decode", "compute", *dec)
         report.add_span("apply", "compute", dec[1], end)
 

@@ -283,7 +283,7 @@ class _MLP:
 StepFn = Callable[[np.ndarray, np.ndarray, Callable[[str, str], Any]], float]
 
 
-def _untimed(name: str, cat: str) -> contextlib.nullcontext:
+def _untimed(name: str, cat: str, **_on) -> contextlib.nullcontext:
     """:func:`lab_utils.report.span`'s stand-in in an unreported (warm-up) step."""
     return contextlib.nullcontext()
 
@@ -297,11 +297,12 @@ def _ps_worker_step(settings: Settings, comm, tf, mlp: _MLP, hvd) -> StepFn:
     from mpi4py import MPI
 
     flat = np.empty(sum(int(np.prod(v.shape)) for v in mlp.vars), np.float32)
+    others = report.peers(range(1, comm.Get_size())) or None  # the other workers (rank 0 serves)
 
     def step(ids: np.ndarray, labels: np.ndarray, span=report.span) -> float:
         wanted, where = np.unique(ids, return_inverse=True)
         wanted = wanted.astype(np.int32)
-        with span("pull", "comm"):
+        with span("pull", "comm", on=others):  # the PS answers once every worker has asked
             comm.Send(wanted, dest=0, tag=TAG_PULL)
             rows = np.empty((len(wanted), settings.dim), np.float32)
             comm.Recv(rows, source=0, tag=TAG_ROWS)
@@ -324,7 +325,7 @@ def _ps_worker_step(settings: Settings, comm, tf, mlp: _MLP, hvd) -> StepFn:
                 push.append(comm.Isend(grads, dest=0, tag=TAG_PUSH_DENSE))
                 MPI.Request.Waitall(push)
         else:
-            with span("allreduce", "comm"):  # while the push travels
+            with span("allreduce", "comm", on=others):  # while the push travels
                 grads = hvd.grouped_allreduce(grads, op=hvd.Average)
             with span("apply", "compute"):
                 mlp.apply(grads, settings.learning_rate)
@@ -379,6 +380,8 @@ def work(settings: Settings, comm, worker: int, workers: int) -> dict:
     totals = dict.fromkeys(("sparse_sent", "sparse_received", "dense_sent", "dense_received"), 0.0)
     for t in range(settings.warmup + settings.steps):
         t0 = time.time()  # the step's bar on the timeline: drawing the batch is its "other"
+        if t >= settings.warmup:
+            report.straggle()  # LABS_STRAGGLER: this worker made slow, every timed step
         ids, labels = batch(world, settings, worker, t)
         started = time.perf_counter()
         losses.append(step_fn(ids, labels, report.span if t >= settings.warmup else _untimed))

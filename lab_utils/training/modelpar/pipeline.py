@@ -230,6 +230,7 @@ def _run(args, comm, schedule) -> dict:
     report.ready()
     for t, (x, y) in enumerate(_batches(args, data), start=1):
         started, stage.loss = time.time(), 0.0
+        report.straggle()  # LABS_STRAGGLER: this stage made slow, every step
         schedule(stage, np.split(x, m), np.split(y, m))
         stage.apply_sgd(args.lr)
         report.step(t, t * len(y), started=started, loss=stage.loss)

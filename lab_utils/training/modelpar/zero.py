@@ -212,11 +212,12 @@ def _train(args, comm, step_fn, ops) -> dict:
     report.ready()
     for t in range(1, args.steps + 1):
         started = time.time()
+        report.straggle()  # LABS_STRAGGLER: this rank made slow, every step
         x, y = next(batches)
         with report.span("gradient", "compute"):
             grad, loss = model.gradient(pixels(x), y)
         tracemalloc.start()
-        with report.span("optimizer", "comm"):
+        with report.span("optimizer", "comm", on=report.peers() or None):  # its collectives: every rank's
             step_fn(counting, ops, params, grad, state, args.stage, t)
         if t > 1:  # the first step also makes the state: what stays is counted apart
             transient = max(transient, tracemalloc.get_traced_memory()[1])

@@ -64,7 +64,7 @@ def check_args(argv: Sequence[str]) -> argparse.Namespace:
     return loop.parse_or_raise(lambda: parse_args(list(argv), prog="the netexp task"), list(argv))
 
 
-def _untimed(name: str, cat: str) -> contextlib.nullcontext:
+def _untimed(name: str, cat: str, **_on) -> contextlib.nullcontext:
     """:func:`lab_utils.report.span`'s stand-in in an unreported (warm-up) step."""
     return contextlib.nullcontext()
 
@@ -97,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         timed = step >= a.warmup
         span = report.span if timed else _untimed  # a warm-up step is not reported: nor are its parts
         t0 = time.time()  # the step's bar on the timeline starts with the barrier
+        if timed:
+            report.straggle()  # LABS_STRAGGLER: this rank made slow, every timed step
         if a.mode == "allreduce":
             with span("barrier", "wait"):
                 comm.Barrier()  # start together (the PS lines its workers up by itself)
@@ -108,7 +110,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if a.mode == "ps":
             with span("push", "comm"):
                 comm.Send(grads, dest=0, tag=1)
-            with span("pull", "comm"):  # waits for the PS to have every worker's gradients
+            # waits for the PS to have every worker's gradients: the other workers' (their pull begins
+            # once their push is out), on the timeline the pull's wait
+            with span("pull", "comm", on=report.peers(range(1, size)) or None):
                 comm.Recv(params, source=0, tag=2)
         elif size > 1:
             with span("allreduce", "comm"):

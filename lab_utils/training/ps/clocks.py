@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "ASK_SPAN",
+    "WAIT_SPAN",
     "DONE",
     "FIRST_PAUSE_SECS",
     "MAX_PAUSE_SECS",
@@ -59,6 +61,10 @@ __all__ = [
     "wait_for_turn",
 ]
 
+#: The spans of a step that asked for permission: the first read of the clocks (``comm``) and,
+#: if the answer was no, the wait until it was yes (``wait``); what
+#: :func:`lab_utils.critical_path.what_if` replays with another bound.
+ASK_SPAN, WAIT_SPAN = "read clocks", "ssp wait"
 #: The clock a worker sets when it has finished its run (shown to the rule as ``math.inf``).
 DONE = 2**62
 #: First and longest pause between two reads of the clocks while a worker waits.

@@ -32,6 +32,7 @@ import numpy as np
 
 from lab_utils import report
 from lab_utils.training import loop
+from lab_utils.training.ps.clocks import ASK_SPAN, WAIT_SPAN
 from lab_utils.training.ps.graph import GradientCounter, PSGraph, StepStamps, phase, session_config, start_barrier
 from lab_utils.training.ps.settings import (
     MODES,
@@ -310,6 +311,11 @@ def _ssp_clocks(task, settings: Settings, may_start):
     return SSPClocks(task.index, settings.num_workers, settings.staleness, may_start)
 
 
+#: The spans of a sync step (R = N only) that read the token queue until every worker has its
+#: token: the first read (``comm``), the wait for a slower worker to take its own (``wait``)
+TOKEN_SPANS = ("token queue", "peers' tokens")
+
+
 def _token_queue_size(g: PSGraph, settings: Settings):
     """Mode ``sync`` with R = N and no initial tokens: an op reading how many tokens wait in
     the SyncReplicasOptimizer's token queue on the PS; None otherwise.
@@ -343,7 +349,7 @@ def _wait_for_tokens_taken(sess, size, task, timeout: float) -> None:
     start = time.time()
     left = sess.run(size)
     read = time.time()
-    report.add_span("token queue", "comm", start, read)
+    report.add_span(TOKEN_SPANS[0], "comm", start, read)
     if left == 0:
         return
     while left > 0:
@@ -354,7 +360,7 @@ def _wait_for_tokens_taken(sess, size, task, timeout: float) -> None:
         time.sleep(pause)  # polling the PS under a deadline, backing off to 20 ms
         pause = min(2 * pause, 0.02)
         left = sess.run(size)
-    report.add_span("peers' tokens", "wait", read, time.time())
+    report.add_span(TOKEN_SPANS[1], "wait", read, time.time())
 
 
 def _before_step(clocks, sess, task, settings: Settings, delay: float, tokens=None) -> Callable[[], None]:
@@ -367,9 +373,9 @@ def _before_step(clocks, sess, task, settings: Settings, delay: float, tokens=No
         if clocks is not None:  # asking (a read of the clocks, every step) and then, if told no, waiting
             start = time.time()
             got = clocks.wait(sess, settings.step_timeout, task.task)
-            report.add_span("read clocks", "comm", start, start + got.asked)
+            report.add_span(ASK_SPAN, "comm", start, start + got.asked)
             if got.polls > 1:
-                report.add_span("ssp wait", "wait", start + got.asked, time.time())
+                report.add_span(WAIT_SPAN, "wait", start + got.asked, time.time())
         if tokens is not None:
             _wait_for_tokens_taken(sess, tokens, task, settings.step_timeout)
         if delay > 0:
