@@ -542,22 +542,15 @@ def _kept(path, steps: tuple[int, int] | None):
 
 
 def show(timeline, steps: tuple[int, int] | None = None, interactive: bool | None = None) -> None:
-    """The timeline with its critical path, a sentence per task that waited (its largest causes)
-    and the table of waits by cause."""
+    """The timeline with its critical path, the shares, a sentence per task that waited (its
+    largest causes) and the table of waits by cause (:meth:`lab_utils.timeline.Timeline.why`)."""
+    timeline.show(steps, interactive, why=True)
+
+
+def show_causes(timeline) -> None:
+    """A sentence per task that waited (its largest causes), and the table of waits by cause."""
     from IPython.display import display
 
-    from lab_utils.display import is_headless
-
-    if interactive is None:
-        interactive = not is_headless()
-    if interactive:
-        figure(timeline, steps).show(renderer="plotly_mimetype")
-    else:
-        import matplotlib.pyplot as plt
-
-        fig = static_figure(timeline, steps)
-        display(fig)
-        plt.close(fig)
     for line in describe_waits(timeline) or ["No task waited."]:
         print(line)
     table = waits_by_cause(timeline)

@@ -455,11 +455,10 @@ class Timeline:
 
         return critical_path.waits_by_cause(self)
 
-    def why(self, steps: tuple[int, int] | None = None) -> None:
-        """Show the timeline with its critical path, and every wait by its cause."""
-        from lab_utils import critical_path
-
-        critical_path.show(self, steps)
+    def why(self, steps: tuple[int, int] | None = None, interactive: bool | None = None) -> None:
+        """What :meth:`show` shows, with the critical path drawn over the figure (a black line)
+        and, under the shares, a sentence per task that waited and every wait by its cause."""
+        self.show(steps, interactive, why=True)
 
     def what_if(self, scale=None, tasks=None, *, replicas=None, staleness=None):
         """The run replayed with scaled durations (or another R of N, another SSP bound):
@@ -557,26 +556,29 @@ class Timeline:
             "or in Chrome's chrome://tracing ('Load'): W/S zoom, A/D pan."
         )
 
-    def show(self, steps: tuple[int, int] | None = None, interactive: bool | None = None) -> None:
+    def show(self, steps: tuple[int, int] | None = None, interactive: bool | None = None, why: bool = False) -> None:
         """Display the figure (interactive where a person watches, else a static image),
-        the summary table and where the trace file is."""
+        the summary table and where the trace file is; ``why``: see :meth:`why`."""
         from IPython.display import display
 
+        from lab_utils import critical_path
         from lab_utils.display import is_headless
 
         if interactive is None:
             interactive = not is_headless()
         if interactive:
-            self.figure(steps).show(renderer="plotly_mimetype")
+            (critical_path.figure(self, steps) if why else self.figure(steps)).show(renderer="plotly_mimetype")
         else:
             import matplotlib.pyplot as plt
 
-            fig = self.static_figure(steps)
+            fig = critical_path.static_figure(self, steps) if why else self.static_figure(steps)
             display(fig)
             plt.close(fig)
         table = self.summary()
         shares = [c for c in table.columns if c not in ("steps", "ms/step")]
         display(table.style.format("{:.1%}", subset=shares).format("{:.2f}", subset=["ms/step"]))
+        if why:
+            critical_path.show_causes(self)
         print(self.how_to_open())
 
     def _ipython_display_(self) -> None:

@@ -30,6 +30,7 @@ from nbformat.notebooknode import NotebookNode
 
 from lab_utils.grading.cells import credit, ratio_credit
 from lab_utils.grading.handin import MIME, NotPlain, Values
+from lab_utils.integrity import PROBE
 
 __all__ = [
     "JUDGE",
@@ -276,70 +277,11 @@ def cleanup_code(nonce: str) -> str:
     )
 
 
-#: the integrity probe's checks, run in the kernel after each test cell (see probe_code)
-_PROBE = r"""
-def _lab_probe(nonce, lab_dir, trusted):
-    import sys, types, builtins as b
-    bad = []
-    cls = (1).__class__.__class__  # `type`, not looked up by name
-    builtin = cls(len)
-    names = ("isinstance", "type", "len", "abs", "all", "any", "sum", "min", "max", "round", "float", "int",
-             "bool", "str", "list", "dict", "tuple", "set", "sorted", "print", "getattr", "hasattr", "range",
-             "zip", "map", "filter", "repr", "iter", "next", "open", "__import__", "compile", "exec", "eval")
-    for n in names:
-        f = b.__dict__.get(n)
-        if not (cls(f) in (builtin, cls) and getattr(f, "__name__", None) == n):
-            bad.append("builtins." + n)
-    import time
-    for n in ("perf_counter", "monotonic", "time", "process_time", "perf_counter_ns", "monotonic_ns"):
-        f = time.__dict__.get(n)
-        if not (cls(f) is builtin and f.__name__ == n):
-            bad.append("time." + n)
-    def foreign(f, generated=False):
-        code = getattr(f, "__code__", None)
-        if code is None or code.co_filename.startswith(trusted):
-            return False
-        # a dataclass's or named tuple's own methods, which Python writes from a string
-        name = getattr(f, "__name__", "")
-        return not (generated and code.co_filename == "<string>" and name.startswith("__") and name.endswith("__"))
-    ip = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
-    if ip is not None:
-        for n in ("showtraceback", "_showtraceback", "showsyntaxerror", "run_cell", "run_cell_async",
-                  "run_ast_nodes", "run_code", "transform_cell", "should_run_async", "init_traceback_handlers"):
-            own = getattr(cls(ip), n, None)
-            mine = ip.__dict__.get(n, own)  # ipykernel keeps its class's _showtraceback on the instance
-            if foreign(own) or getattr(mine, "__func__", mine) is not own:
-                bad.append("IPython shell." + n)
-        if ip.custom_exceptions:
-            bad.append("IPython shell.custom_exceptions")
-        for fmt in ip.display_formatter.formatters.values():
-            for t, f in list(fmt.type_printers.items()) + list(fmt.deferred_printers.items()):
-                if foreign(f):
-                    bad.append("IPython formatter for " + str(getattr(t, "__name__", t)))
-        for n in ("displayhook", "excepthook"):
-            if foreign(getattr(sys, n, None)):
-                bad.append("sys." + n)
-    for name, mod in list(sys.modules.items()):
-        if not (name == "lab_utils" or name.startswith("lab_utils.")) or not isinstance(mod, types.ModuleType):
-            continue
-        for attr, f in list(vars(mod).items()):
-            if foreign(f):
-                bad.append(name + "." + attr)
-            elif cls(f) is cls and getattr(f, "__module__", "") == name:
-                generated = "__dataclass_fields__" in vars(f) or "_fields" in vars(f)
-                for m, g in list(vars(f).items()):
-                    g = getattr(g, "__func__", g)
-                    if foreign(g, generated):
-                        bad.append(name + "." + attr + "." + m)
-    print(nonce + " " + __import__("json").dumps(sorted(set(bad))))
-"""
-
-
 def probe_code(nonce: str, trusted: tuple[str, ...]) -> str:
     """Kernel code that prints ``nonce`` and the JSON list of what the submission replaced: a
     builtin, a clock, IPython's traceback, display or execution machinery, or a function of
     ``lab_utils`` (anything whose code was not loaded from the ``trusted`` folders)."""
-    return _apart(f"{_PROBE}\n_lab_probe({nonce!r}, None, {tuple(trusted)!r})\n")
+    return _apart(f"{PROBE}\n_lab_probe({nonce!r}, None, {tuple(trusted)!r})\n")
 
 
 def read_probe(cell_outputs: list, nonce: str) -> list[str] | None:

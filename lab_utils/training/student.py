@@ -42,53 +42,20 @@ def student_function(path: str | os.PathLike, name: str, signature: str) -> obje
     return fn
 
 
-#: builtins and clocks a task's measurements use: student code that replaces one changes them
-_BUILTINS = ("isinstance", "type", "len", "abs", "sum", "min", "max", "float", "int", "getattr", "open", "__import__")
-_CLOCKS = ("perf_counter", "monotonic", "time", "process_time", "perf_counter_ns", "monotonic_ns", "time_ns")
-
-
 def replaced() -> list[str]:
-    """What code in this process replaced of the lab's own, as the grader's integrity probe asks
-    of a kernel (:mod:`lab_utils.grading.judge`): a function of a ``lab_utils`` module or of one
-    of its classes whose code was not loaded from Python's, the environment's or lab_utils'
-    folders, a clock of ``time`` or a builtin that is no longer Python's own. A task that runs a
-    student's code calls :func:`check_untouched` before it reports what it measured."""
-    import builtins
+    """What code in this process replaced of the lab's own (:mod:`lab_utils.integrity`, the same
+    check the grader's probe makes of a kernel): a function of a ``lab_utils`` module or of one of
+    its classes whose code was not loaded from Python's, the environment's or lab_utils' folders,
+    a clock of ``time`` or a builtin that is no longer Python's own. A task that runs a student's
+    code calls :func:`check_untouched` before it reports what it measured."""
     import sys
-    import time
-    import types
 
     import lab_utils
+    from lab_utils import integrity
 
-    trusted = tuple(os.path.join(p, "") for p in (sys.base_prefix, sys.prefix, os.path.dirname(lab_utils.__file__)))
-    builtin = type(len)
-
-    def foreign(f, generated: bool = False) -> bool:
-        code = getattr(f, "__code__", None)
-        if code is None or code.co_filename.startswith(trusted):
-            return False
-        name = getattr(f, "__name__", "")  # a dataclass's own methods, which Python writes from a string
-        return not (generated and code.co_filename == "<string>" and name.startswith("__") and name.endswith("__"))
-
-    bad = [f"builtins.{n}" for n in _BUILTINS if type(vars(builtins).get(n)) not in (builtin, type)]
-    bad += [f"time.{n}" for n in _CLOCKS if type(vars(time).get(n)) is not builtin]
-    for name, module in list(sys.modules.items()):
-        if not isinstance(module, types.ModuleType):
-            continue
-        name = getattr(getattr(module, "__spec__", None), "name", None) or name  # a task run with -m: __main__
-        if not (name == "lab_utils" or name.startswith("lab_utils.")):
-            continue
-        for attr, f in list(vars(module).items()):
-            if foreign(f):
-                bad.append(f"{name}.{attr}")
-            elif isinstance(f, type) and getattr(f, "__module__", "") == name:
-                generated = "__dataclass_fields__" in vars(f) or "_fields" in vars(f)
-                bad += [
-                    f"{name}.{attr}.{m}"
-                    for m, g in list(vars(f).items())
-                    if foreign(getattr(g, "__func__", g), generated)
-                ]
-    return sorted(set(bad))
+    return integrity.replaced(
+        tuple(os.path.join(p, "") for p in (sys.base_prefix, sys.prefix, os.path.dirname(lab_utils.__file__)))
+    )
 
 
 def check_untouched(what: str) -> None:

@@ -5,6 +5,8 @@ Chromium driven by Playwright), every cell run through the UI.
   instructor notebook, both with the CI parameters: no cell shows an error or stderr, every
   figure the text promises is there, and Lab 2's live metrics view changes while its
   cluster trains;
+- Lab 3's Part 4 (its setup, its script and its backup-worker runs, the CI parameters): its
+  timelines draw the critical path over the bars and say what each wait was for;
 - the Interrupt button stops a training cluster, and nothing is left running;
 - JupyterLab stops on Ctrl-C, and nothing of it, its kernels, clusters or TensorBoard is left.
 
@@ -69,8 +71,21 @@ def notebooks(tmp_path_factory):
     stop.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     interrupt = folder / "interrupt.ipynb"
     nbformat.write(stop, interrupt)
+    lab3 = nbformat.read(layout.source_notebook("03_ps_sync"), as_version=4)
+    lab3.cells = [c for c in lab3.cells if _in_part4(c)]
+    lab3 = _write(lab3, folder / "03_ps_sync" / "03_ps_sync.ipynb", layout.lab_settings("03_ps_sync")["ci"])
     shutil.copy2(ROOT / "labs" / "README.md", folder / "README.md")
-    return folder, {"lab1": lab1, "lab2": lab2, "interrupt": interrupt}
+    return folder, {"lab1": lab1, "lab2": lab2, "interrupt": interrupt, "lab3": lab3}
+
+
+def _in_part4(cell) -> bool:
+    """Lab 3's cells that Part 4's timelines need: parameters, setup, the script, check_updates,
+    the backup-worker runs and their timelines."""
+    meta = cell.get("metadata", {})
+    tags, grade_id = set(meta.get("tags", [])), meta.get("nbgrader", {}).get("grade_id")
+    if grade_id in ("parameters", "setup", "train_sync", "check_updates") or "timeline" in tags:
+        return True
+    return "long-run" in tags and "replicas_to_aggregate" in cell.source and "backup_runs" in cell.source
 
 
 def _descendants(pid: int) -> list[str]:
@@ -287,6 +302,26 @@ def test_lab2_shows_its_metrics_live_while_the_cluster_trains(browser, jupyterla
     timeline.screenshot(path=str(ARTIFACTS / "lab2-timeline.png"))
     bars = _timeline_bars(page, path)
     assert len(bars) == 1 and min(bars.values()) > 20, bars
+    page.close()
+
+
+def test_lab3_timelines_draw_the_critical_path_and_name_what_each_wait_was_for(browser, jupyterlab, notebooks):
+    page, path = _run_notebook(browser, jupyterlab, notebooks, "lab3", 300)
+    assert _problems(page) == []
+    # each run's figure: Plotly's bars, and over them the critical path's (a trace of its own, black)
+    drawn = page.eval_on_selector_all(
+        ".jp-Cell .js-plotly-plot",
+        """plots => plots.map(gd => ({
+            path: (gd.data || []).filter(t => t.name === 'critical path').map(t => t.x.length),
+            black: [...gd.querySelectorAll('.barlayer .point path')].filter(p => p.style.fill === 'rgb(17, 17, 17)').length,
+            bars: gd.querySelectorAll('.barlayer .point').length}))""",
+    )
+    page.locator(".jp-Cell .js-plotly-plot").first.screenshot(path=str(ARTIFACTS / "lab3-critical-path.png"))
+    assert len(drawn) == 2 and all(d["path"] and d["path"][0] > 0 and d["black"] > 0 for d in drawn), drawn
+    assert all(d["bars"] > d["black"] > 0 for d in drawn), drawn  # the path over the timeline's own bars
+    # and under the R = N run's: worker:0 waited for the straggler's injected delay, first of its causes
+    text = page.locator(".jp-Cell").nth(_tagged(path, "timeline")[0]).inner_text()
+    assert re.search(r"worker:0 waited [0-9.]+ s: [0-9.]+ s for worker:1: injected delay", text), text[-2000:]
     page.close()
 
 

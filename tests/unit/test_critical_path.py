@@ -135,8 +135,14 @@ def test_a_wait_or_a_collective_is_on_other_tasks_and_on_names_them(tmp_path, mo
         critical_path.what_if(_straggler_run(), scale={"wait": 0})
 
 
-def test_a_timeline_answers_the_same_questions():
+def test_a_timeline_answers_the_same_questions(capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
     run = _straggler_run()
+    run.why(interactive=False)  # what a lab shows: the figure with its path, the shares, the causes
+    out = capsys.readouterr().out
+    assert "worker:0 waited 5.10 s: 5.00 s for worker:1: injected delay" in out and "The trace:" in out
     assert run.critical_path(step=2)["seconds"].sum() == pytest.approx(PERIOD)
     assert run.waits_by_cause().equals(critical_path.waits_by_cause(run))
     assert run.what_if(tasks={"worker:1": {"delay": 0}})["predicted step (s)"].tolist() == pytest.approx([0.2, 0.2])

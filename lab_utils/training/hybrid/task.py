@@ -339,18 +339,21 @@ def _ps_worker_step(settings: Settings, comm, tf, mlp: _MLP, hvd) -> StepFn:
 def _allreduce_worker_step(settings: Settings, tf, mlp: _MLP, table: np.ndarray, hvd) -> StepFn:
     """``allreduce``: a full copy of the table on every worker; Horovod averages every
     gradient, the table's made dense (``sparse_as_dense=True``): 12.8 MB, mostly zeros.
-    No parts: the all-reduce runs inside ``tape.gradient``, with the backward pass (Horovod's
-    own timeline shows it)."""
+    One part: the all-reduce runs inside ``tape.gradient``, with the backward pass (Horovod's
+    own timeline splits them), so the step is one span ``on`` the other workers: on the
+    timeline, its wait for the last of them to begin its own."""
     table = tf.Variable(table)
+    others = report.peers() or None
 
     def step(ids: np.ndarray, labels: np.ndarray, span=report.span) -> float:
-        with tf.GradientTape() as tape:
-            vectors = tf.reshape(tf.gather(table, ids), (len(ids), 2 * settings.dim))
-            loss = mlp.loss(vectors, labels)
-        tape = hvd.DistributedGradientTape(tape, sparse_as_dense=True, op=hvd.Average)
-        table_grad, *grads = tape.gradient(loss, [table, *mlp.vars])
-        table.assign_sub(settings.embedding_learning_rate * table_grad)
-        mlp.apply(grads, settings.learning_rate)
+        with span("forward/backward, all-reduce, update", "compute", on=others):
+            with tf.GradientTape() as tape:
+                vectors = tf.reshape(tf.gather(table, ids), (len(ids), 2 * settings.dim))
+                loss = mlp.loss(vectors, labels)
+            tape = hvd.DistributedGradientTape(tape, sparse_as_dense=True, op=hvd.Average)
+            table_grad, *grads = tape.gradient(loss, [table, *mlp.vars])
+            table.assign_sub(settings.embedding_learning_rate * table_grad)
+            mlp.apply(grads, settings.learning_rate)
         return float(loss)
 
     return step
