@@ -33,7 +33,9 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from lab_utils.spans import SSP_ASK, SSP_PAUSES, SSP_WAIT, TOKEN_SPANS
 
 __all__ = [
     "Piece",
@@ -316,15 +318,149 @@ def _arrivals(chains, prev, w: Piece, r: Piece | None) -> list[Piece]:
 
 def _noticed(asked: float, allowed: float, read: float) -> float:
     """When a worker that asked for permission at ``asked`` (the first read's answer) and
-    polls the clocks (:mod:`lab_utils.training.ps.clocks`: pauses from 1 ms doubling to 20 ms,
+    polls the clocks (:data:`lab_utils.spans.SSP_PAUSES`: pauses from 1 ms doubling to 20 ms,
     each read taking ``read`` s) sees that it may go, once it may from ``allowed``."""
-    from lab_utils.training.ps.clocks import FIRST_PAUSE_SECS, MAX_PAUSE_SECS
-
-    t, pause = asked, FIRST_PAUSE_SECS
+    first, longest = SSP_PAUSES
+    t, pause = asked, first
     while t - read / 2 < allowed:
         t += pause + read
-        pause = min(2 * pause, MAX_PAUSE_SECS)
+        pause = min(2 * pause, longest)
     return t
+
+
+def _check_changes(scale: dict, tasks: dict, replicas, staleness) -> None:
+    for cat, f in [*scale.items(), *(i for v in tasks.values() for i in v.items())]:
+        if cat == "wait":
+            raise ValueError("waits are not scaled: they follow from what they wait for")
+        if not (isinstance(f, (int, float)) and f >= 0):
+            raise ValueError(f"a scale must be a number >= 0, got {cat}: {f!r}")
+    if replicas is not None and not (isinstance(replicas, int) and replicas >= 1):
+        raise ValueError(f"replicas must be an int >= 1 (gradients per update), got {replicas!r}")
+    if staleness is not None and not (isinstance(staleness, (int, float)) and staleness >= 0):
+        raise ValueError(f"staleness must be a number >= 0 (math.inf: no bound), got {staleness!r}")
+
+
+def _quorum(chains, prev, recorded) -> tuple[dict[Piece, list[Piece]], dict[str, float]]:
+    """For ``replicas=``: each wait's arrivals at its barrier (its own first), and per task how
+    long its waits were when it arrived last (its push, the apply, its token)."""
+    arrivals: dict[Piece, list[Piece]] = {}
+    last: dict[str, list[float]] = {}
+    for w, r in recorded.items():
+        if w.name != SSP_WAIT:
+            arrivals[w] = came = [a for a in _arrivals(chains, prev, w, r) if a.end <= w.end]
+            if len(came) > 1 and came[0] is prev[w] and w.start >= max(a.end for a in came):
+                last.setdefault(w.task, []).append(w.seconds)
+    anyone = [x for v in last.values() for x in v]
+    alone = {task: statistics.median(last.get(task) or anyone) for task in chains} if anyone else {}
+    return arrivals, alone
+
+
+def _gates(chains, staleness: float) -> dict[Piece, tuple[Piece, list[Piece]]]:
+    """For ``staleness=``: the piece after each read of the clocks, with that read and the
+    other tasks' last pieces of the step each must have finished (``clock - s`` steps)."""
+    import math
+
+    ends = {task: {q.index: q for q in chain if q.index is not None} for task, chain in chains.items()}
+    gates = {}
+    for task, chain in chains.items():
+        for i, q in enumerate(chain[:-1]):
+            if q.name == SSP_ASK and q.index is not None:
+                need = q.index - staleness - 1
+                done = [] if need < 0 or math.isinf(need) else [e[int(need)] for k, e in ends.items() if k != task and int(need) in e]  # fmt: skip
+                gates[chain[i + 1]] = (q, done)
+    return gates
+
+
+@dataclass
+class _Replay:
+    """The recorded graph replayed in the order it ran, depth first: a piece after its task's
+    previous one and after what releases it (see :func:`what_if`)."""
+
+    chains: Mapping[str, list[Piece]]
+    released: dict
+    scale: Mapping[str, float]
+    tasks: Mapping[str, Mapping[str, float]]
+    replicas: int | None = None
+    arrivals: dict = field(default_factory=dict)
+    alone: dict = field(default_factory=dict)
+    gates: dict = field(default_factory=dict)
+    dropped: set = field(default_factory=set)
+    prev: dict = field(default_factory=dict)
+    start: dict = field(default_factory=dict)
+    end: dict = field(default_factory=dict)
+
+    def run(self) -> None:
+        entered: set[Piece] = set()  # expanded and not yet replayed: the pieces on the path being resolved
+        for first in sorted((p for c in self.chains.values() for p in c), key=lambda p: (p.end, p.start)):
+            stack = [first]
+            while stack:
+                p = stack[-1]
+                if p in self.end:
+                    stack.pop()
+                    continue
+                entered.add(p)
+                needs = self._needs(p, entered)
+                if any(q in entered for q in needs):
+                    raise RuntimeError(f"what_if: {p.task}'s {p.name} at {p.start:.6f} depends on itself")
+                if needs:
+                    stack += needs
+                    continue
+                stack.pop()
+                self._place(p)
+
+    def _needs(self, p: Piece, entered: set) -> list[Piece]:
+        r = self.released.get(p) if p.cat == "wait" else None
+        if r is not None and r not in self.end and r in entered:  # a cycle within the clocks' slack: cut it
+            self.released[p] = r = None
+        if p in self.arrivals:
+            self.arrivals[p] = [a for a in self.arrivals[p] if a in self.end or a not in entered or a is self.prev[p]]
+        others = [*self.arrivals.get(p, ()), *self.gates.get(p, (None, ()))[1]]
+        return [q for q in (self.prev[p], r, *others) if q is not None and q not in self.end]
+
+    def _place(self, p: Piece) -> None:
+        start = self.end[self.prev[p]] if self.prev[p] is not None else p.start
+        if p in self.gates:
+            ask, done = self.gates[p]
+            allowed = max((self.end[q] for q in done), default=float("-inf"))
+            go = _noticed(start, allowed, ask.seconds) if allowed > start else start
+            if p.name == SSP_WAIT:  # the recorded wait, as long as the new bound makes it
+                self.start[p], self.end[p] = start, go
+                return
+            start = go
+        self.start[p], self.end[p] = start, self._ends(p, start)
+
+    def _ends(self, p: Piece, start: float) -> float:
+        r = self.released.get(p) if p.cat == "wait" else None
+        if p in self.dropped:
+            return start
+        if p.cat != "wait":
+            return start + p.seconds * _factor(p, self.scale, self.tasks)
+        if self.arrivals.get(p):
+            came = sorted(self.end[a] if a is not self.prev[p] else start for a in self.arrivals[p])
+            kth = came[min(self.replicas, len(came)) - 1]
+            if kth > start:  # released by another's arrival, after the latency the run had from the last
+                return kth + max(0.0, p.end - max(a.end for a in self.arrivals[p]))
+            return start + self.alone.get(p.task, p.seconds)  # it completes the R itself, or comes after
+        if r is None:
+            return start + p.seconds
+        return max(start, self.end[r] + max(0.0, p.end - r.end))
+
+    def table(self):
+        """One row per task: its measured and predicted median step (steps after the first)."""
+        import pandas as pd
+
+        rows = []
+        for task, chain in self.chains.items():
+            by_step: dict[int, list[Piece]] = {}
+            for p in chain:
+                if p.index is not None:
+                    by_step.setdefault(p.index, []).append(p)
+            keep = sorted(by_step)[1:] or sorted(by_step)
+            m = statistics.median(by_step[k][-1].end - by_step[k][0].start for k in keep)
+            q = statistics.median(self.end[by_step[k][-1]] - self.start[by_step[k][0]] for k in keep)
+            rows.append({"task": task, "measured step (s)": m, "predicted step (s)": q,
+                         "predicted / measured": q / m if m else float("nan")})  # fmt: skip
+        return pd.DataFrame(rows).set_index("task")
 
 
 def what_if(
@@ -356,128 +492,24 @@ def what_if(
       replayed, seen by the same polling as the run's (pauses from 1 ms doubling to 20 ms);
       its recorded ``ssp wait`` is replaced. A step of a task that the run ended before it
       made cannot be replayed: the replay has only the run's steps."""
-    import math
-
-    import pandas as pd
-
     scale, tasks = dict(scale or {}), {k: dict(v) for k, v in (tasks or {}).items()}
-    for cat, f in [*scale.items(), *(i for v in tasks.values() for i in v.items())]:
-        if cat == "wait":
-            raise ValueError("waits are not scaled: they follow from what they wait for")
-        if not (isinstance(f, (int, float)) and f >= 0):
-            raise ValueError(f"a scale must be a number >= 0, got {cat}: {f!r}")
-    if replicas is not None and not (isinstance(replicas, int) and replicas >= 1):
-        raise ValueError(f"replicas must be an int >= 1 (gradients per update), got {replicas!r}")
-    if staleness is not None and not (isinstance(staleness, (int, float)) and staleness >= 0):
-        raise ValueError(f"staleness must be a number >= 0 (math.inf: no bound), got {staleness!r}")
-    from lab_utils.training.ps.clocks import ASK_SPAN, WAIT_SPAN
-    from lab_utils.training.ps.task import TOKEN_SPANS
-
+    _check_changes(scale, tasks, replicas, staleness)
     chains = pieces(timeline)
-    # with R < N a sync worker does not read the token queue before its step (R = N only)
-    fewer = replicas is not None and replicas < len(chains)
-    dropped = {p for c in chains.values() for p in c if p.name in TOKEN_SPANS} if fewer else set()
     recorded = releasers(chains)
     # only releases that ended by the wait's end: one within the slack after it could close a cycle
     # (that wait's task's next piece released the releaser's task's wait before it); such a wait
     # keeps its duration
     released = {w: (r if r is not None and r.end <= w.end else None) for w, r in recorded.items()}
-    prev = {p: (c[i - 1] if i else None) for c in chains.values() for i, p in enumerate(c)}
-    arrivals: dict[Piece, list[Piece]] = {}
-    alone: dict[
-        str, float
-    ] = {}  # per task: how long its wait was when it arrived last (its push, the apply, its token)
+    replay = _Replay(chains, released, scale, tasks, replicas)
+    replay.prev = {p: (c[i - 1] if i else None) for c in chains.values() for i, p in enumerate(c)}
     if replicas is not None:
-        last: dict[str, list[float]] = {}
-        for w, r in recorded.items():
-            if w.name != WAIT_SPAN:
-                arrivals[w] = came = [a for a in _arrivals(chains, prev, w, r) if a.end <= w.end]
-                if len(came) > 1 and came[0] is prev[w] and w.start >= max(a.end for a in came):
-                    last.setdefault(w.task, []).append(w.seconds)
-        anyone = [x for v in last.values() for x in v]
-        alone = {task: statistics.median(last.get(task) or anyone) for task in chains} if anyone else {}
-    gates: dict[
-        Piece, tuple[Piece, list[Piece]]
-    ] = {}  # the piece after a read of the clocks: (the read, what it waits for)
+        replay.arrivals, replay.alone = _quorum(chains, replay.prev, recorded)
+        if replicas < len(chains):  # with R < N a sync worker does not read the token queue (R = N only)
+            replay.dropped = {p for c in chains.values() for p in c if p.name in TOKEN_SPANS}
     if staleness is not None:
-        ends = {k: {} for k in chains}  # task -> step index -> its last piece
-        for task, chain in chains.items():
-            for q in chain:
-                if q.index is not None:
-                    ends[task][q.index] = q
-        for task, chain in chains.items():
-            for i, q in enumerate(chain[:-1]):
-                if q.name == ASK_SPAN and q.index is not None:
-                    need = q.index - staleness - 1  # every other task has finished clock - s steps
-                    done = (
-                        []
-                        if need < 0 or math.isinf(need)
-                        else [e[int(need)] for k, e in ends.items() if k != task and int(need) in e]
-                    )
-                    gates[chain[i + 1]] = (q, done)
-    new_start: dict[Piece, float] = {}
-    new_end: dict[Piece, float] = {}
-    entered: set[Piece] = set()  # expanded and not yet replayed: the pieces on the path being resolved
-    for first in sorted((p for c in chains.values() for p in c), key=lambda p: (p.end, p.start)):
-        stack = [first]  # depth first: a piece after its task's previous one and what releases it
-        while stack:
-            p = stack[-1]
-            if p in new_end:
-                stack.pop()
-                continue
-            entered.add(p)
-            r = released.get(p) if p.cat == "wait" else None
-            if r is not None and r not in new_end and r in entered:  # a cycle within the clocks' slack: cut it
-                released[p] = r = None
-            if p in arrivals:
-                arrivals[p] = [a for a in arrivals[p] if a in new_end or a not in entered or a is prev[p]]
-            others = [*arrivals.get(p, ()), *gates.get(p, (None, ()))[1]]
-            needs = [q for q in (prev[p], r, *others) if q is not None and q not in new_end]
-            if any(q in entered for q in needs):
-                raise RuntimeError(f"what_if: {p.task}'s {p.name} at {p.start:.6f} depends on itself")
-            if needs:
-                stack += needs
-                continue
-            stack.pop()
-            start = new_end[prev[p]] if prev[p] is not None else p.start
-            r = released.get(p) if p.cat == "wait" else None
-            if p in gates:
-                ask, done = gates[p]
-                allowed = max((new_end[q] for q in done), default=-math.inf)
-                go = _noticed(start, allowed, ask.seconds) if allowed > start else start
-                if p.name == WAIT_SPAN:  # the recorded wait, as long as the new bound makes it
-                    new_start[p], new_end[p] = start, go
-                    continue
-                start = go
-            if p in dropped:
-                end = start
-            elif p.cat != "wait":
-                end = start + p.seconds * _factor(p, scale, tasks)
-            elif p in arrivals and arrivals[p]:
-                came = sorted(new_end[a] if a is not prev[p] else start for a in arrivals[p])
-                kth = came[min(replicas, len(came)) - 1]
-                if kth > start:  # released by another's arrival, after the latency the run had from the last
-                    end = kth + max(0.0, p.end - max(a.end for a in arrivals[p]))
-                else:  # it completes the R itself (or comes after): as long as its waits when it came last
-                    end = start + alone.get(p.task, p.seconds)
-            elif r is None:
-                end = start + p.seconds
-            else:
-                end = max(start, new_end[r] + max(0.0, p.end - r.end))
-            new_start[p], new_end[p] = start, end
-    rows = []
-    for task, chain in chains.items():
-        by_step: dict[int, list[Piece]] = {}
-        for p in chain:
-            if p.index is not None:
-                by_step.setdefault(p.index, []).append(p)
-        keep = sorted(by_step)[1:] or sorted(by_step)
-        measured = [by_step[k][-1].end - by_step[k][0].start for k in keep]
-        predicted = [new_end[by_step[k][-1]] - new_start[by_step[k][0]] for k in keep]
-        m, q = statistics.median(measured), statistics.median(predicted)
-        rows.append({"task": task, "measured step (s)": m, "predicted step (s)": q,
-                     "predicted / measured": q / m if m else float("nan")})  # fmt: skip
-    table = pd.DataFrame(rows).set_index("task")
+        replay.gates = _gates(chains, staleness)
+    replay.run()
+    table = replay.table()
     table.attrs["assumptions"] = ASSUMPTIONS
     table.attrs["scale"] = {"all": scale, **tasks}
     table.attrs["rules"] = {k: v for k, v in (("replicas", replicas), ("staleness", staleness)) if v is not None}

@@ -41,7 +41,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ __all__ = [
     "rank",
     "peers",
     "straggle",
+    "parse_straggler",
 ]
 
 #: What a span of a step may be (``other``: what no span covers, added by the reader).
@@ -230,14 +231,52 @@ class span:
             _spans.append([*row, self.on] if self.on else row)
 
 
+def parse_straggler(spec: str | Mapping[str, float] | None) -> dict[str, float]:
+    """``"worker:1=0.05"`` (seconds), ``"worker:1=50ms"``, several joined by commas,
+    or a dict ``{"worker:1": 0.05}`` -> ``{"worker:1": 0.05}``. ``None``/"" -> {}."""
+    if spec is None or spec == "":
+        return {}
+    if isinstance(spec, Mapping):
+        items = list(spec.items())
+    elif isinstance(spec, str):
+        items = []
+        for part in spec.split(","):
+            name, sep, value = part.strip().partition("=")
+            if not sep or not name.strip() or not value.strip():
+                raise ValueError(f"straggler must look like 'worker:1=0.05' (seconds) or 'worker:1=50ms', got {spec!r}")
+            items.append((name.strip(), value.strip()))
+    else:
+        raise TypeError(f"straggler must be a string like 'worker:1=0.05' or a dict, got {type(spec).__name__}")
+    out = {}
+    for name, value in items:
+        if isinstance(value, str):
+            scale = 1.0
+            if value.endswith("ms"):
+                value, scale = value[:-2], 1e-3
+            elif value.endswith("s"):
+                value = value[:-1]
+            try:
+                seconds = float(value) * scale
+            except ValueError:
+                raise ValueError(
+                    f"straggler delay for {name!r} must be a number of seconds (or '50ms'), got {value!r}"
+                ) from None
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            seconds = float(value)
+        else:
+            raise TypeError(f"straggler delay for {name!r} must be a number, got {value!r}")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"straggler delay for {name!r} must be >= 0 seconds, got {seconds}")
+        out[str(name)] = seconds
+    return out
+
+
 def straggle() -> float:
     """At the start of a timed step: sleep as long as ``LABS_STRAGGLER`` says for this task
     (``rank:1=0.2``, several joined by commas), recorded as the step's ``straggler delay``
     (``delay``). Every run kind's step loop calls it; the seconds slept (0.0: not named)."""
     global _straggle
     if _straggle is None:
-        from lab_utils.training.ps.settings import parse_straggler
-
         _straggle = parse_straggler(config.get(config.STRAGGLER) or "").get(task_name(), 0.0)
     if _straggle > 0:
         with span("straggler delay", "delay"):

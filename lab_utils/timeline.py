@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+
+from lab_utils import horovod_trace
+from lab_utils.horovod_trace import read_horovod_timeline
+from lab_utils.spans import Span, collectives, steps_of
 
 __all__ = [
     "Span",
@@ -76,173 +79,6 @@ DRAWN = ("step", *CATEGORIES, "idle")
 TRACE_FILE = "trace.json"
 HOROVOD_FILE = "timeline.json"
 _HOROVOD_PID = 1000  # Horovod's tensors' tracks come after the tasks'
-
-
-@dataclass(frozen=True)
-class Span:
-    """One bar of a track: a step (``cat="step"``) or a part of one."""
-
-    task: str
-    name: str
-    cat: str
-    start: float  # time.time() seconds
-    end: float
-    step: int | None = None
-    on: tuple[str, ...] = ()  # a wait: the tasks it waited on, where the span named them
-
-    @property
-    def seconds(self) -> float:
-        return self.end - self.start
-
-
-# ----------------------------------------------------------------------------- building
-
-
-def _parts(step: Span, raw: Iterable[Sequence]) -> list[Span]:
-    """A step's parts, sorted, clipped to the step and to the part before (never overlapping)."""
-    out: list[Span] = []
-    cursor = step.start
-    for name, cat, start, end, *on in sorted(raw, key=lambda r: (r[2], r[3])):
-        lo, hi = max(float(start), cursor), min(float(end), step.end)
-        if hi > lo:
-            out.append(Span(step.task, str(name), str(cat), lo, hi, step.step, tuple(on[0]) if on else ()))
-            cursor = hi
-    return out
-
-
-def _steps(events: Iterable[Mapping]) -> tuple[list[Span], list[Span]]:
-    """``(steps, parts)`` of every ``step`` event that says when it started."""
-    steps, parts = [], []
-    for e in events:
-        if e.get("kind") != "step" or e.get("started") is None:
-            continue
-        s = Span(
-            str(e.get("task")), f"step {e.get('step')}", "step", float(e["started"]), float(e["time"]), e.get("step")
-        )
-        if s.end < s.start:
-            continue
-        steps.append(s)
-        parts += _parts(s, e.get("spans") or [])
-    return steps, parts
-
-
-def _collectives(parts: list[Span]) -> list[Span]:
-    """A collective's span (a ``comm`` or ``compute`` span ``on`` the other tasks of an
-    all-reduce, an all-gather...) could not finish before each of them began its span of the
-    same name in the same step: the time until the last one did is waiting (``<name>: waiting``,
-    ``on`` them), the rest is the collective's own. Every other part is as it was."""
-    index: dict[tuple, list[Span]] = {}
-    for p in parts:
-        if p.on and p.cat != "wait":
-            index.setdefault((p.task, p.name, p.step), []).append(p)
-    out: list[Span] = []
-    for p in parts:
-        if not p.on or p.cat == "wait":
-            out.append(p)
-            continue
-        starts = []
-        for task in p.on:  # theirs in the same step (the nearest, where a number repeats)
-            theirs = index.get((task, p.name, p.step))
-            if theirs:
-                starts.append(min(theirs, key=lambda q: abs(q.start - p.start)).start)
-        last = min(max([p.start, *starts]), p.end)  # it came last: no wait
-        if last > p.start:
-            out.append(Span(p.task, f"{p.name}: waiting", "wait", p.start, last, p.step, p.on))
-        if p.end > last:
-            out.append(Span(p.task, p.name, p.cat, last, p.end, p.step))
-    return out
-
-
-def read_horovod_timeline(path: str | os.PathLike) -> list[dict]:
-    """Horovod's timeline: a JSON array that a killed or still running job leaves open."""
-    text = Path(path).read_text().strip()
-    if not text:
-        return []
-    if not text.endswith("]"):
-        text = text.rstrip(",\n ") + "]"
-    return json.loads(text)
-
-
-def _horovod_start(trace: list[dict]) -> float | None:
-    for e in trace:
-        start = (e.get("args") or {}).get("start_time_since_epoch_in_micros")
-        if start is not None:
-            return float(start) / 1e6
-    return None
-
-
-def horovod_activities(trace: list[dict], t0: float = 0.0) -> dict[str, list[tuple[Any, float, float]]]:
-    """``{activity: [(tensor, start, end), ...]}`` of the top-level B/E pairs of every tensor
-    in Horovod's timeline (``NEGOTIATE_ALLREDUCE``, ``ALLREDUCE``, ``ALLGATHER``, ``BROADCAST``...),
-    in seconds from ``t0`` (its start: ``time.time()`` seconds; 0: from the timeline's start)."""
-    names = {e.get("pid"): e.get("args", {}).get("name") for e in trace if e.get("name") == "process_name"}
-    open_at: dict[Any, list] = {}
-    out: dict[str, list] = {}
-    for e in trace:
-        key = (e.get("pid"), e.get("tid"))
-        if e.get("ph") == "B":
-            open_at.setdefault(key, []).append((e.get("name", "?"), e["ts"]))
-        elif e.get("ph") == "E" and open_at.get(key):
-            name, ts = open_at[key].pop()
-            if not open_at[key]:  # a top-level activity of that tensor
-                tensor = names.get(e.get("pid"), e.get("pid"))
-                out.setdefault(name, []).append((tensor, t0 + ts / 1e6, t0 + e["ts"] / 1e6))
-    return out
-
-
-def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for lo, hi in sorted(intervals):
-        if out and lo <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], hi)
-        else:
-            out.append([lo, hi])
-    return [(lo, hi) for lo, hi in out]
-
-
-def _negotiate_and_collective(activities: dict[str, list[tuple[float, float]]]) -> tuple[list, list]:
-    """Horovod's activities as two unions of intervals: negotiating, and the collectives."""
-    negotiate = _union(iv for name, ivs in activities.items() if name.startswith("NEGOTIATE") for iv in ivs)
-    collective = _union(iv for name, ivs in activities.items() if not name.startswith("NEGOTIATE") for iv in ivs)
-    return negotiate, collective
-
-
-def _horovod_parts(steps: list[Span], negotiate: list, collective: list, delays: Sequence[Span] = ()) -> list[Span]:
-    """Parts of the steps that recorded none of their own (an injected delay aside, kept),
-    from Horovod's timeline: rank 0 negotiates (``wait``) then all-reduces (``comm``), having
-    computed until it asked (``compute``, after the delay); every other rank all-reduces at
-    the same moment."""
-    out: list[Span] = []
-    for s in steps:
-        raw = [
-            (d.name, d.cat, d.start, d.end)
-            for d in delays
-            if d.task == s.task and d.step == s.step and s.start <= d.start < s.end
-        ]
-        mine = [("all-reduce", "comm", lo, hi) for lo, hi in collective if s.start <= lo < s.end]
-        if s.task == "rank:0":
-            mine += [("negotiate", "wait", lo, hi) for lo, hi in negotiate if s.start <= lo < s.end]
-        if not mine:
-            out += _parts(s, raw)
-            continue
-        first = min(m[2] for m in mine)
-        computing = max([s.start, *(r[3] for r in raw if r[3] <= first)])
-        if first > computing:
-            raw.append(("gradients", "compute", computing, first))
-        out += _parts(s, raw + mine)
-    return out
-
-
-def _horovod_overlap(steps: list[Span], negotiate: list, collective: list) -> dict[str, float]:
-    """Seconds rank 0 spent all-reducing some gradients while it still computed others:
-    the collective before the step's last tensor asked to be reduced (its last negotiation)."""
-    total = 0.0
-    for s in steps:
-        asks = [lo for lo, hi in negotiate if s.start <= lo < s.end]
-        if asks:
-            computing_until = max(asks)
-            total += sum(max(0.0, min(hi, computing_until) - max(lo, s.start)) for lo, hi in collective)
-    return {"rank:0": total} if steps else {}
 
 
 def _idle(names: list[str], events: Sequence[Mapping], steps: list[Span]) -> list[Span]:
@@ -291,26 +127,11 @@ class Timeline:
         """From a job's events (every kind); ``tasks``: the job's task names in order (a
         task that wrote no event still gets a track); ``horovod``: a Horovod timeline file."""
         names = list(dict.fromkeys([*tasks, *(str(e.get("task")) for e in events if e.get("task"))]))
-        steps, parts = _steps(events)
-        parts = _collectives(parts)
-        hvd_trace: list[dict] = []
-        overlap = None
-        if horovod is not None and Path(horovod).is_file():
-            hvd_trace = read_horovod_timeline(horovod)
-            t0 = _horovod_start(hvd_trace)
-            if t0 is not None:
-                own = {p.task for p in parts if p.cat != "delay"}  # an injected delay is not the step's work
-                bare = [s for s in steps if s.task not in own]
-                found = horovod_activities(hvd_trace, t0)
-                split = _negotiate_and_collective(
-                    {name: [(lo, hi) for _, lo, hi in ivs] for name, ivs in found.items()}
-                )
-                merged = _horovod_parts(bare, *split, [p for p in parts if p.task not in own])
-                parts = [p for p in parts if p.task in own] + merged
-                overlap = _horovod_overlap([s for s in bare if s.task == "rank:0"], *split)
-                hvd_trace = [dict(e, ts=e["ts"] + t0 * 1e6) if "ts" in e else e for e in hvd_trace]
-            else:
-                hvd_trace = []
+        steps, parts = steps_of(events)
+        parts = collectives(parts)
+        overlap, hvd_trace = None, []
+        if horovod is not None:
+            parts, overlap, hvd_trace = horovod_trace.merge(horovod, steps, parts)
         return cls(names, steps, parts, _idle(names, events, steps), hvd_trace, overlap=overlap)
 
     # ---- the trace file

@@ -33,7 +33,7 @@ from lab_utils import plots
 from lab_utils.cluster import MPIJob, TFCluster, new_run_dir
 from lab_utils.cluster.job import format_args
 from lab_utils.cluster.netem import EmulatedHosts
-from lab_utils.timeline import horovod_activities, read_horovod_timeline
+from lab_utils.horovod_trace import horovod_activities, read_horovod_timeline
 from lab_utils.training.allreduce.settings import check_args
 from lab_utils.training.runs import RunOptions, TrainRun, finish_run, horovod_job, takes_run_options
 from lab_utils.training.tables import plot_scaling, scaling_table

@@ -48,6 +48,10 @@ from typing import Any
 
 import numpy as np
 
+from lab_utils.spans import SSP_ASK as ASK_SPAN
+from lab_utils.spans import SSP_PAUSES
+from lab_utils.spans import SSP_WAIT as WAIT_SPAN
+
 __all__ = [
     "ASK_SPAN",
     "WAIT_SPAN",
@@ -61,15 +65,10 @@ __all__ = [
     "wait_for_turn",
 ]
 
-#: The spans of a step that asked for permission: the first read of the clocks (``comm``) and,
-#: if the answer was no, the wait until it was yes (``wait``); what
-#: :func:`lab_utils.critical_path.what_if` replays with another bound.
-ASK_SPAN, WAIT_SPAN = "read clocks", "ssp wait"
 #: The clock a worker sets when it has finished its run (shown to the rule as ``math.inf``).
 DONE = 2**62
 #: First and longest pause between two reads of the clocks while a worker waits.
-FIRST_PAUSE_SECS = 0.001
-MAX_PAUSE_SECS = 0.02
+FIRST_PAUSE_SECS, MAX_PAUSE_SECS = SSP_PAUSES
 
 #: ``may_start(clock, clocks, s) -> bool``: may a worker whose clock is ``clock`` start its
 #: next step, given every worker's clock (``math.inf``: finished) and the bound ``s``?

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lab_utils import checks
+from lab_utils.report import parse_straggler
 
 MODES = ("async", "sync", "ssp")
 #: Default deadline for one train step (a lost token becomes an error, not a hang).
@@ -50,46 +51,6 @@ class Settings:
     def replicas(self) -> int:
         """Gradients per synchronous update (R)."""
         return self.replicas_to_aggregate or self.num_workers
-
-
-def parse_straggler(spec: str | Mapping[str, float] | None) -> dict[str, float]:
-    """``"worker:1=0.05"`` (seconds), ``"worker:1=50ms"``, several joined by commas,
-    or a dict ``{"worker:1": 0.05}`` -> ``{"worker:1": 0.05}``. ``None``/"" -> {}."""
-    if spec is None or spec == "":
-        return {}
-    if isinstance(spec, Mapping):
-        items = list(spec.items())
-    elif isinstance(spec, str):
-        items = []
-        for part in spec.split(","):
-            name, sep, value = part.strip().partition("=")
-            if not sep or not name.strip() or not value.strip():
-                raise ValueError(f"straggler must look like 'worker:1=0.05' (seconds) or 'worker:1=50ms', got {spec!r}")
-            items.append((name.strip(), value.strip()))
-    else:
-        raise TypeError(f"straggler must be a string like 'worker:1=0.05' or a dict, got {type(spec).__name__}")
-    out = {}
-    for name, value in items:
-        if isinstance(value, str):
-            scale = 1.0
-            if value.endswith("ms"):
-                value, scale = value[:-2], 1e-3
-            elif value.endswith("s"):
-                value = value[:-1]
-            try:
-                seconds = float(value) * scale
-            except ValueError:
-                raise ValueError(
-                    f"straggler delay for {name!r} must be a number of seconds (or '50ms'), got {value!r}"
-                ) from None
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            seconds = float(value)
-        else:
-            raise TypeError(f"straggler delay for {name!r} must be a number, got {value!r}")
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"straggler delay for {name!r} must be >= 0 seconds, got {seconds}")
-        out[str(name)] = seconds
-    return out
 
 
 def parse_staleness(value: int | float | str) -> int | float:

@@ -31,8 +31,10 @@ from typing import Any
 import numpy as np
 
 from lab_utils import report
+from lab_utils.spans import SSP_ASK as ASK_SPAN
+from lab_utils.spans import SSP_WAIT as WAIT_SPAN
+from lab_utils.spans import TOKEN_SPANS
 from lab_utils.training import loop
-from lab_utils.training.ps.clocks import ASK_SPAN, WAIT_SPAN
 from lab_utils.training.ps.graph import GradientCounter, PSGraph, StepStamps, phase, session_config, start_barrier
 from lab_utils.training.ps.settings import (
     MODES,
@@ -309,11 +311,6 @@ def _ssp_clocks(task, settings: Settings, may_start):
     from lab_utils.training.ps.clocks import SSPClocks
 
     return SSPClocks(task.index, settings.num_workers, settings.staleness, may_start)
-
-
-#: The spans of a sync step (R = N only) that read the token queue until every worker has its
-#: token: the first read (``comm``), the wait for a slower worker to take its own (``wait``)
-TOKEN_SPANS = ("token queue", "peers' tokens")
 
 
 def _token_queue_size(g: PSGraph, settings: Settings):
