@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -177,6 +178,13 @@ def _claims(reported: list, m: _Timed) -> float:
     return mine[len(mine) // 2] / theirs[len(theirs) // 2]
 
 
+def _no_injected_delay() -> None:
+    """A timed job runs without ``LABS_STRAGGLER`` (which makes a task of every run kind sleep
+    each step): set in the kernel, the same sleep in both jobs would pull any ratio towards 1."""
+    if os.environ.pop(config.STRAGGLER, None):
+        print(f"{config.STRAGGLER} unset: a timed comparison runs without an injected straggler")
+
+
 def _driven(student, reference, valid, reported, work, unit) -> None:
     """Run the jobs the grader asks for, over stdin (see the module doc): the first question
     gives the job's size for display, each next one how the last job went (whether it did the
@@ -187,6 +195,7 @@ def _driven(student, reference, valid, reported, work, unit) -> None:
         answer = input(PROMPT + json.dumps(last)).strip()
         if answer not in jobs:
             return None
+        _no_injected_delay()
         result = jobs[answer]()
         last = {
             "job": answer,
@@ -220,6 +229,7 @@ def compare(
     ``reported(result)`` is the figure a run claims for itself."""
     if is_grading() and config.flag(config.GRADING_DRIVEN):
         return _driven(student, reference, valid, reported, work, unit)
+    _no_injected_delay()
     cfg = timing_settings()
     rounds = int(rounds or cfg["rounds"])
     max_rounds = max(rounds, int(max_rounds or cfg["max_rounds"]))

@@ -255,6 +255,27 @@ def test_compare_runs_only_the_jobs_it_is_asked_for_while_graded(monkeypatch):
     assert told[2] == {"job": "reference", "valid": True, "reported": 9.0}
 
 
+def test_no_timed_job_runs_with_an_injected_straggler(monkeypatch, capsys):
+    """LABS_STRAGGLER set in the kernel would make both jobs' tasks sleep each step, pulling the
+    ratio towards 1: each timed job runs without it, however often the kernel sets it again."""
+    import os
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setenv("LAB_GRADING_DRIVEN", "1")
+    monkeypatch.setenv("LABS_STRAGGLER", "worker:1=1")
+    answers, seen = iter(["student", "reference", "done"]), []
+
+    def job(value):
+        seen.append(os.environ.get("LABS_STRAGGLER"))
+        os.environ["LABS_STRAGGLER"] = "worker:0=1"  # set again between the grader's questions
+        return value
+
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    throughput.compare(lambda: job(7), lambda: job(9), points=2, bands=((0.5, 1.0),))
+    assert seen == [None, None]
+    assert "LABS_STRAGGLER unset" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- what the kernel is asked
 def test_the_graders_own_kernel_code_touches_no_name_of_the_notebook():
     ns = {"_lc": "the student's", "_lab_probe": 1}
