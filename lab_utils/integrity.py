@@ -58,7 +58,10 @@ def _lab_found(trusted):
             if foreign(getattr(sys, n, None)):
                 bad.append("sys." + n)
     for name, mod in list(sys.modules.items()):
-        if not (name == "lab_utils" or name.startswith("lab_utils.")) or not isinstance(mod, types.ModuleType):
+        if not isinstance(mod, types.ModuleType):
+            continue
+        name = getattr(getattr(mod, "__spec__", None), "name", None) or name  # a task run with -m: __main__
+        if not (name == "lab_utils" or name.startswith("lab_utils.")):
             continue
         for attr, f in list(vars(mod).items()):
             if foreign(f):

@@ -72,5 +72,13 @@ def test_a_task_sees_what_a_student_s_code_replaced_of_its_measurements(monkeypa
         "lab_utils.training.modelpar.zero._checked_state",
         "time.perf_counter",
     ]
+    import sys
+    import types
+
+    main = types.ModuleType("__main__")  # a task run with -m: its module is __main__, spec and all
+    main.__spec__ = zero.__spec__
+    main.width = lambda: 1  # what the forged zero.py of the crafted "attacked" class does
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert "lab_utils.training.modelpar.zero.width" in student.replaced()
     with pytest.raises(RuntimeError, match=r"your code replaced .*zero\._checked_state.*: the lab measures the bubble"):
         student.check_untouched("the bubble")
