@@ -30,8 +30,9 @@ both workers' RPCs and the PS's work share 2 cores at once where they took turns
 The model beside the PS cases is "each worker's own work, no waits": what a student would add
 up from the first run's timeline.
 
-First figures (2026-11-29, 2 cores): the PS 100 Mbit/s -> 1 Gbit/s within 5.1 % (alpha-beta -10.4 %),
-the ring within 6.5 % (alpha-beta +7.0 %).
+Figures (2026-11-30, 2 cores; each case's worst task): the PS 100 Mbit/s -> 1 Gbit/s +12.7 %
+(alpha-beta -4.6 %), the ring +5.1 % (alpha-beta +8.0 %); sync-straggler -1.6 %, backup-workers +0.5 %,
+ssp-bound +0.6 %; with --bare +19.5, +49 and -44 %.
 
     python bench/bench_what_if.py [--cases ps-bandwidth,ring-bandwidth,...] [--bare]
 
