@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import importlib
 
-from lab_utils.grading.cells import DEFAULT_BANDS, check_prediction, credit, is_grading, ratio_credit
+from lab_utils.grading.cells import DEFAULT_BANDS, check_prediction, check_replay, credit, is_grading, ratio_credit
 from lab_utils.grading.handin import hand_in
 from lab_utils.grading.scripts import find_lab_script, reference_script
 
@@ -63,6 +63,7 @@ __all__ = [
     "credit",
     "ratio_credit",
     "check_prediction",
+    "check_replay",
     "is_grading",
     "hand_in",
     "throughput",

@@ -6,6 +6,7 @@
     credit(0.5, points=2)                 # -> 1.0, a clamped Python float
     ratio_credit(student_eps / ref_eps, points=3)
     check_prediction("bytes per sync step", predicted, measured, tolerance=0.25)   # Lab 3's predictions
+    check_replay("worker:0's step", predicted, before, after, share=0.25)       # a what-if against a second run
 
 nbgrader gives partial credit when a test cell's last expression is a Python
 ``float`` in [0, points]; a NumPy scalar or another type gives full credit and
@@ -19,7 +20,7 @@ import math
 import os
 from numbers import Real
 
-__all__ = ["is_grading", "credit", "ratio_credit", "check_prediction", "DEFAULT_BANDS"]
+__all__ = ["is_grading", "credit", "ratio_credit", "check_prediction", "check_replay", "DEFAULT_BANDS"]
 
 #: (minimum ratio, fraction of the points) pairs of :func:`ratio_credit`.
 DEFAULT_BANDS = ((0.8, 1.0), (0.5, 0.5), (0.25, 0.25))
@@ -85,3 +86,28 @@ def check_prediction(what: str, predicted, measured, tolerance: float, hint: str
             f"({ratio:.2f}x the prediction; within {tolerance:.0%} passes)" + (f". {hint}" if hint else "")
         )
     return ratio
+
+
+def check_replay(what: str, predicted, before, after, share: float = 0.25, rel: float = 0.1, hint: str = "") -> float:
+    """A prediction of a second run (``after``) from the first (``before``), made by replaying
+    the first run's timeline with the change: passes when it is nearer to ``after`` than
+    ``share`` of the change between the runs (it explains the change, whatever its size: a
+    relative tolerance alone, on a step of a few milliseconds, would grade the machine's noise),
+    or within ``rel`` of ``after`` (where the change is small next to what the replay cannot
+    know: per-message costs on fast links). Returns the share of the change it missed by;
+    ``AssertionError`` saying the three numbers and ``hint`` when it is neither, or when the
+    prediction is not a positive number or the runs did not differ."""
+    if isinstance(predicted, bool) or not isinstance(predicted, Real) or not predicted > 0:
+        raise AssertionError(f"{what}: predict a positive number, got {predicted!r}")
+    change = float(after) - float(before)
+    if change == 0:
+        raise AssertionError(f"{what}: both runs measured {float(after):,.4g}: there is no change to predict")
+    missed = abs(float(predicted) - float(after)) / abs(change)
+    if not (missed <= share or abs(float(predicted) / float(after) - 1) <= rel):
+        raise AssertionError(
+            f"{what}: the first run measured {float(before):,.4g}, the second {float(after):,.4g}; you predicted "
+            f"{float(predicted):,.4g}, off by {missed:.0%} of the change and {float(predicted) / float(after):.2f}x "
+            f"the second run (within {share:.0%} of the change, or {rel:.0%} of the run, passes)"
+            + (f". {hint}" if hint else "")
+        )
+    return missed

@@ -7,6 +7,9 @@ shows one of these next to the student's own figures, labelled as what it is: a 
 emulated links made with ``bench/`` on the course's machine, never the student's loopback
 passed off as a network. Each file says what made it (``made_with``) and where (``machine``).
 
+``what_if.json`` and the ``*.trace.json`` files beside it are runs' timelines, for the labs'
+what-if predictions (:func:`timeline`; ``bench/ship_what_if.py``).
+
 ``yardsticks.json`` is of another kind: how long each lab's reference takes against its
 throughput yardstick, per machine (``bench/bench_yardsticks.py``), for the self-check
 students run before submitting (:mod:`lab_utils.grading.selfcheck`).
@@ -40,6 +43,19 @@ def table(name: str):
     df = pd.DataFrame(ref["runs"])
     df.attrs.update(label=ref["label"], made_with=ref["made_with"], machine=ref["machine"])
     return df
+
+
+def timeline(name: str):
+    """A shipped run's timeline (``what_if_ps_100mbit``, ...; ``bench/ship_what_if.py`` made
+    them): the labs' what-if predictions replay it where this machine has no emulated links,
+    and their hidden tests' cases do everywhere."""
+    from lab_utils import timeline as tl
+
+    path = HERE / f"{name}.trace.json"
+    if not path.is_file():
+        known = sorted(p.name.removesuffix(".trace.json") for p in HERE.glob("*.trace.json"))
+        raise ValueError(f"no shipped timeline {name!r}; known: {', '.join(known)}")
+    return tl.load(path, label=f"{name} (shipped with the lab, not measured on this machine)")
 
 
 #: what each reference run's one line says (its table is displayed below it)

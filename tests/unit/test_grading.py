@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from lab_utils import grading, notebook, run_labs
@@ -454,6 +455,52 @@ def test_check_prediction_passes_within_the_tolerance_and_says_what_is_off():
         grading.check_prediction("x", 0, 1.0, tolerance=0.25)
     with pytest.raises(AssertionError, match="predict a positive number, got True"):
         grading.check_prediction("x", True, 1.0, tolerance=0.25)
+
+
+def test_check_replay_passes_a_prediction_that_explains_the_change_and_says_what_is_off():
+    # 55 ms -> 3 ms measured: 4 ms is off by 2 % of the change (33 % of the second run), and passes
+    assert grading.check_replay("x", 0.004, 0.055, 0.003) == pytest.approx(0.001 / 0.052)
+    # 1.0 -> 0.9: 0.95 misses by half the change, but is within 10 % of the second run
+    assert grading.check_replay("x", 0.95, 1.0, 0.9) == pytest.approx(0.5)
+    with pytest.raises(
+        AssertionError,
+        match=r"first run measured 0\.055, the second 0\.003; you predicted 0\.055, off by 100% .*\. look",
+    ):
+        grading.check_replay("x", 0.055, 0.055, 0.003, hint="look")  # the first run again: no change predicted
+    with pytest.raises(AssertionError, match="off by"):
+        grading.check_replay("x", 1.3, 1.0, 0.9)  # the wrong way
+    with pytest.raises(AssertionError, match="no change to predict"):
+        grading.check_replay("x", 1.0, 2.0, 2.0)
+    with pytest.raises(AssertionError, match="predict a positive number, got nan|predict a positive number, got 0"):
+        grading.check_replay("x", 0.0, 1.0, 2.0)
+
+
+def test_the_shipped_timelines_replay_and_an_unknown_one_is_named():
+    from lab_utils import reference_runs
+    from lab_utils.training import netexp
+
+    ref = reference_runs.load("what_if")
+    assert set(ref["traces"].values()) == {
+        "what_if_ps_100mbit", "what_if_allreduce_100mbit", "what_if_sync_straggler", "what_if_ssp_s0"
+    }  # fmt: skip
+    for name in ref["traces"].values():
+        tl = reference_runs.timeline(name)
+        assert tl.problems() == [] and not tl.what_if().empty, name
+    with pytest.raises(ValueError, match="no shipped timeline 'nope'; known: what_if_allreduce_100mbit"):
+        reference_runs.timeline("nope")
+    # where the runs are on loopback, Lab 4's and Lab 6's what-if take the shipped pair of runs
+    faster = netexp.faster_links(pd.DataFrame({"emulated": [False]}), "local")
+    assert set(faster) == {"ps", "allreduce"}
+    for mode, r in faster.items():
+        row = next(x for x in ref["runs"] if x["mode"] == mode)
+        assert (r.before, r.after, r.bits_then / r.bits_now) == (row["step_s_100mbit"], row["step_s_1gbit"], 10)
+        assert r.after < r.before and r.on == "the course's shipped runs"
+    table = netexp.beside_models(faster)
+    assert list(table.index) == ["ps", "allreduce"]
+    # both predictions of the faster links are shorter steps than the slower links' run
+    assert (table["replay (s)"] < table["100 Mbit/s (s)"]).all() and (
+        table["alpha-beta (s)"] < table["100 Mbit/s (s)"]
+    ).all()
 
 
 def test_a_dead_batch_s_folder_goes_and_a_live_one_s_stays(tmp_path):

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab_utils.grading import check_prediction, hand_in
+from lab_utils.grading import check_prediction, check_replay, hand_in
 from lab_utils.training.student import load_student
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,12 +127,33 @@ def _stand_in_run(**figures) -> SimpleNamespace:
     return SimpleNamespace(**plain, **methods)
 
 
+class _Measured:
+    """A second run's timeline as a what-if test reads it: only its measured median steps."""
+
+    def __init__(self, **steps):
+        self.steps = steps
+
+    def what_if(self, *args, **kwargs):
+        assert not args and not kwargs, "a stand-in second run is measured, not replayed"
+        return pd.DataFrame({"measured step (s)": self.steps}).rename_axis("task")
+
+
+def _shipped(name: str):
+    from lab_utils import reference_runs
+
+    return reference_runs.timeline(name)
+
+
 def _base() -> dict:
+    from lab_utils import reference_runs
+
     return {
         "math": math,
         "np": np,
         "pd": pd,
+        "reference_runs": reference_runs,
         "check_prediction": check_prediction,
+        "check_replay": check_replay,
         "load_student": load_student,
         "hand_in": hand_in,
         "record": lambda **figures: None,
@@ -568,7 +589,13 @@ def _lab3() -> dict:
         "sync_run": _stand_in_run(
             mode="sync", label="sync", bytes_per_global_step=173_000.0, seconds_per_global_step=0.0077
         ),
-        "backup_runs": [_stand_in_run(mode="sync", label="R=N", seconds_per_global_step=0.0586)],
+        # R = N: the shipped run (the same settings); R = N - 1: worker:0's median step in the CI run
+        "backup_runs": [
+            _stand_in_run(
+                mode="sync", label="R=N", seconds_per_global_step=0.0586, timeline=_shipped("what_if_sync_straggler")
+            ),
+            _stand_in_run(mode="sync", label="R=N-1", timeline=_Measured(**{"worker:0": 0.0029, "worker:1": 0.0541})),
+        ],
     }
 
 
@@ -580,6 +607,7 @@ LAB3 = Lab(
         "check_updates": ["test_check_updates"],
         "predict_bytes": ["test_predict_bytes", "test_bytes_measured"],
         "predict_step": ["test_predict_step", "test_step_measured"],
+        "predict_backups": ["test_predict_backups", "test_backups_measured"],
         "sync_ending": ["test_leave_loop", "test_device_filters"],
         "q3_readings": ["test_loglog_slope"],
     },
@@ -674,6 +702,30 @@ LAB3 = Lab(
         ),
         Mutant("predict_step", "a constant", (("float(step_s + max(delays))", "0.055"),), "without delays"),
         Mutant(
+            "predict_backups",
+            "R = the backups",
+            (("replicas=workers - backups)", "replicas=max(backups, 1))"),),
+            "no backups: the replay is the run|no longer waits",
+        ),
+        Mutant(
+            "predict_backups",
+            "the straggler's step",
+            (('replay.loc["worker:0", "predicted step (s)"]', 'replay.loc["worker:1", "predicted step (s)"]'),),
+            "no longer waits",
+        ),
+        Mutant(
+            "predict_backups",
+            "the run's own step",
+            (('replay.loc["worker:0", "predicted step (s)"]', 'replay.loc["worker:0", "measured step (s)"]'),),
+            "no longer waits",
+        ),
+        Mutant(
+            "predict_backups",
+            "the PS counted as a worker",
+            (('sum(task.startswith("worker:") for task in timeline.tasks)', "len(timeline.tasks)"),),
+            "no backups: the replay is the run|no longer waits|replicas",
+        ),
+        Mutant(
             "sync_ending",
             "1 and 0 for True and False",
             (("return token >= target", "return int(token >= target)"),),
@@ -749,6 +801,7 @@ LAB3 = Lab(
     constants={
         "predict_bytes": ("    pull_and_push = 2 * 4 * n_params\n", "    return 62800.0\n"),
         "predict_step": ("float(step_s + max(delays))", "0.055"),
+        "predict_backups": ('float(replay.loc["worker:0", "predicted step (s)"])', "0.0029"),
     },
 )
 
@@ -780,7 +833,15 @@ def _lab4() -> dict:
         "NETWORK_WORKERS": [1, 4],
         "PART_D": net.assign(mb=0.75, compute_s=0.25, bits=100e6),  # the cell before the tests makes it
         "PART_D_ON": "your runs",
+        "FASTER": _faster(),  # the shipped runs, as where the runs are on loopback
     }
+
+
+def _faster() -> dict:
+    from lab_utils.training import netexp
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        return netexp.faster_links(pd.DataFrame({"emulated": [False]}), "local")
 
 
 LAB4 = Lab(
@@ -795,6 +856,7 @@ LAB4 = Lab(
             "test_step_time_measured",
             "test_speedup_measured",
         ],
+        "predict_faster_links": ["test_predict_faster_links", "test_faster_links_measured"],
         "q2_readings": ["test_wait_over_reduce"],
     },
     mutants=[
@@ -904,6 +966,35 @@ LAB4 = Lab(
             "is 6",
         ),
         Mutant(
+            "predict_faster_links",
+            "the ratio upside down",
+            (("bits_now / bits_then", "bits_then / bits_now"),),
+            "shorter step",
+        ),
+        Mutant(
+            "predict_faster_links",
+            "the computation faster too",
+            (('{"comm": bits_now / bits_then}', '{"comm": bits_now / bits_then, "compute": bits_now / bits_then}'),),
+            "computation",
+        ),
+        Mutant(
+            "predict_faster_links",
+            "the whole step scaled",
+            (
+                (
+                    'float(replay["predicted step (s)"].median())',
+                    'float(replay["measured step (s)"].median() * bits_now / bits_then)',
+                ),
+            ),
+            "computation",
+        ),
+        Mutant(
+            "predict_faster_links",
+            "the measured step",
+            (('float(replay["predicted step (s)"].median())', 'float(replay["measured step (s)"].median())'),),
+            "shorter step",
+        ),
+        Mutant(
             "q2_readings",
             "the wrong rows",
             (('ms["NEGOTIATE_ALLREDUCE"] / ms["ALLREDUCE"]', 'ms["NEGOTIATE_ALLREDUCE"] / ms.iloc[-1]'),),
@@ -914,7 +1005,8 @@ LAB4 = Lab(
         "predict_step_time": (
             "    once = mb * 1e6 * 8 / bits_per_s",
             "    return 1.36\n    once = mb * 1e6 * 8 / bits_per_s",
-        )
+        ),
+        "predict_faster_links": ('float(replay["predicted step (s)"].median())', "1.1"),
     },
 )
 
@@ -1002,6 +1094,11 @@ def _lab6() -> dict:
                 "straggler extra (s/step)": [0.0334, 0.0335, 0.031],
             }
         ),
+        # s = 0: the shipped run (the same settings); s = inf: worker:0's median step in the CI run
+        "ssp": {
+            0: _stand_in_run(timeline=_shipped("what_if_ssp_s0")),
+            math.inf: _stand_in_run(timeline=_Measured(**{"worker:0": 0.0026, "worker:1": 0.0334})),
+        },
         "hyb": hyb,
         "HYBRID_WORKERS": [2],
         "SEED": 0,
@@ -1020,6 +1117,7 @@ LAB6 = Lab(
         "predict_wire": ["test_predict_wire", "test_wire_measured"],
         "train_ssp": ["check:# Check Exercise 3"],
         "predict_ssp_wait": ["test_predict_ssp_wait", "test_ssp_wait_measured"],
+        "predict_fast_step": ["test_predict_fast_step", "test_fast_step_measured"],
         "router": ["test_route", "test_worker_bytes", "test_router_measured"],
         "shards": ["test_shards"],
     },
@@ -1207,6 +1305,24 @@ LAB6 = Lab(
             "each way|sends and receives",
         ),
         Mutant(
+            "predict_fast_step",
+            "the bound ignored",
+            (("staleness=bound)", "staleness=0)"),),
+            "no longer waits",
+        ),
+        Mutant(
+            "predict_fast_step",
+            "the straggler's step",
+            (("replay.drop(index=straggler)", "replay.loc[[straggler]]"),),
+            "the replay is the run|no longer waits",
+        ),
+        Mutant(
+            "predict_fast_step",
+            "the run's own step",
+            (('["predicted step (s)"].median()', '["measured step (s)"].median()'),),
+            "no longer waits",
+        ),
+        Mutant(
             "router",
             "the ids forgotten",
             (('return variable["rows_touched"] * (2 * 4 + 2 * row)', 'return variable["rows_touched"] * 2 * row'),),
@@ -1222,6 +1338,7 @@ LAB6 = Lab(
             "    if bound == math.inf or workers < 2:\n",
             "    return 3.0\n    if bound == math.inf or workers < 2:\n",
         ),
+        "predict_fast_step": ('float(replay.drop(index=straggler)["predicted step (s)"].median())', "0.0026"),
     },
 )
 
@@ -1599,7 +1716,8 @@ def test_a_constant_prediction_fails_the_hidden_tests(lab, solution, tmp_path, m
     old, new = lab.constants[solution]
     source = _mutated(_by_id(lab.name)[solution].source, Mutant(solution, "a constant", ((old, new),), ""))
     ns = _prepare(lab, solution, source, tmp_path, monkeypatch)
-    ns["check_prediction"] = lambda *args, **kwargs: 1.0  # the visible comparison, out of the way
+    ns["check_prediction"] = lambda *args, **kwargs: 1.0  # the visible comparisons, out of the way
+    ns["check_replay"] = lambda *args, **kwargs: 0.0
     for ref in lab.checks[solution]:
         if ref.startswith("check:"):
             continue

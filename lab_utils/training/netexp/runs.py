@@ -124,6 +124,98 @@ def experiment(
     return table
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A run to replay and the same run on faster links (:func:`faster_links`): ``timeline`` of the
+    first, its median step ``before``, the second's ``after`` (seconds, steps after the first),
+    the links' ``bits_now`` and ``bits_then`` per second, and ``on``: whose runs they are."""
+
+    timeline: object
+    before: float
+    after: float
+    bits_now: float
+    bits_then: float
+    on: str
+    workers: int = 2
+
+
+def _median_step(tl) -> float:
+    return float(tl.what_if()["measured step (s)"].median())  # the replay's own measure: steps after the first
+
+
+def faster_links(table, hosts, *, times: float = 10.0, workers: int = 2, **kwargs) -> dict[str, Replayed]:
+    """Lab 4's what-if against a second run: per mode, the ``workers``-worker run of ``table``
+    (an :func:`experiment` on ``hosts``' emulated links; ``kwargs``: its ``mb``, ``compute_s``,
+    ``steps``) and the same run on links ``times`` as fast, run now. Where ``table`` is on
+    loopback (no emulated links here), the course's shipped runs on 100 Mbit/s and 1 Gbit/s
+    links (:mod:`lab_utils.reference_runs`, ``what_if.json``), and one line says so."""
+    import dataclasses
+
+    spec = netem.as_spec(hosts)
+    if spec is None or not spec.bandwidth or not bool(table["emulated"].all()):
+        ref = reference_runs.load("what_if")
+        print(f"Your runs are on loopback: the what-if replays the course's shipped runs ({ref['label']}).", flush=True)
+        return {
+            r["mode"]: Replayed(
+                reference_runs.timeline(f"what_if_{r['mode']}_100mbit"),
+                r["step_s_100mbit"],
+                r["step_s_1gbit"],
+                100e6,
+                1e9,
+                "the course's shipped runs",
+                r["workers"],
+            )
+            for r in ref["runs"]
+        }
+    bits = netem.rate_bits(spec.bandwidth)
+    then = bits * times
+    fast = dataclasses.replace(spec, bandwidth=f"{then / 1e9:g}gbit" if then >= 1e9 else f"{then / 1e6:g}mbit")
+    if workers not in set(table["workers"]):
+        table = experiment(workers=(workers,), hosts=spec, **kwargs)
+    second = experiment(workers=(workers,), hosts=fast, **kwargs)
+    slow_tl, fast_tl = timelines(table, workers), timelines(second, workers)
+    return {
+        mode: Replayed(
+            slow_tl[mode],
+            _median_step(slow_tl[mode]),
+            _median_step(fast_tl[mode]),
+            bits,
+            netem.rate_bits(fast.bandwidth),
+            "your runs",
+            workers,
+        )
+        for mode in slow_tl
+    }
+
+
+def beside_models(faster: dict[str, Replayed], params=None):
+    """Lab 6's Part D: per mode, the second run of :func:`faster_links` (measured) beside two
+    predictions of it from the first: the timeline's replay with the time on the links scaled by
+    ``bits_now / bits_then``, and the alpha-beta model (``params``, a
+    :class:`lab_utils.simulate.Params` calibrated on the first run's network) with its per-byte
+    terms scaled the same. Where the runs are the course's shipped ones (or ``params`` is None),
+    the model is calibrated on the shipped 100 Mbit/s runs (``netexp_100mbit``)."""
+    import dataclasses
+
+    import pandas as pd
+
+    from lab_utils import simulate
+
+    if params is None or any(r.on != "your runs" for r in faster.values()):
+        params = simulate.calibrate(reference_runs.table(REFERENCE))
+    rows = []
+    for mode, r in faster.items():
+        k = r.bits_now / r.bits_then
+        fast = dataclasses.replace(params, beta=params.beta * k, beta_duplex=params.beta_duplex * k)
+        model = simulate.step_time("ring" if mode == "allreduce" else "ps", r.workers, fast)
+        replay = float(r.timeline.what_if({"comm": k})["predicted step (s)"].median())
+        rows.append({"mode": mode, "workers": r.workers, f"{r.bits_now / 1e6:g} Mbit/s (s)": r.before,
+                     f"{r.bits_then / 1e6:g} Mbit/s measured (s)": r.after, "replay (s)": replay,
+                     "replay error": replay / r.after - 1, "alpha-beta (s)": model,
+                     "alpha-beta error": model / r.after - 1})  # fmt: skip
+    return pd.DataFrame(rows).set_index("mode")
+
+
 def plot(table):
     """Speedup against workers (with the ideal line) and the PS's and a worker's
     traffic per step, in the style of the thesis's Figures 4.3-4.4."""
