@@ -1,10 +1,11 @@
 # The course lab's entry points. A newcomer needs two:  make lab   and   make test
 # Everything runs from .venv, created on first use by scripts/setup.sh (idempotent).
-# STACK=next: every target on the next stack instead (Python 3.12, TensorFlow 2.21, in .venv-next;
+# The default stack is Python 3.12 with TensorFlow 2.21 (STACK=2.21); STACK=2.15: every target on the
+# stack of classes that began on it instead (Python 3.11, TensorFlow 2.15.1, in .venv-2.15;
 # scripts/stacks.sh names the stacks).
 SHELL := /bin/bash
-STACK ?= 2.15
-VENV  ?= $(if $(filter next,$(STACK)),.venv-next,.venv)
+STACK ?= 2.21
+VENV  ?= $(if $(filter 2.15,$(STACK)),.venv-2.15,.venv)
 PY    := $(VENV)/bin/python
 # the nbgrader course the instructor targets use (release, check-release, autograde, grades, feedback)
 COURSE ?= grading
@@ -16,7 +17,7 @@ export VENV STACK
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
 
-setup:  ## create .venv with the pinned stack and Horovod (GPU=1 for CUDA; PYTHON=... to choose python3.11; STACK=next: Python 3.12, TF 2.21 in .venv-next)
+setup:  ## create .venv with the pinned stack and Horovod (GPU=1 for CUDA; PYTHON=... to choose python3.12; STACK=2.15: Python 3.11, TF 2.15.1 in .venv-2.15)
 	@bash scripts/setup.sh
 
 lab:  ## start JupyterLab on the student notebooks (PORT=, IP=, NOTEBOOKS= optional)
@@ -86,7 +87,7 @@ bench: setup  ## run the benchmarks (JSON in bench/results/)
 	@set -e; for b in bench/bench_*.py; do n=$$(basename $$b .py); echo "==> $$n"; \
 	  $(PY) $$b | tee bench/results/$$n.json; done
 
-lock:  ## resolve requirements/base.in + dev.in into requirements/constraints.txt, keeping locked versions (UPGRADE=1: all newest; STACK=next: constraints-next.txt)
+lock:  ## resolve requirements/base.in + dev.in into requirements/constraints.txt, keeping locked versions (UPGRADE=1: all newest; STACK=2.15: constraints-2.15.txt)
 	@UPGRADE=$(UPGRADE) bash scripts/lock.sh
 
 clean:  ## remove run outputs, logs and course state (keeps .venv)

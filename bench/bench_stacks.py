@@ -1,6 +1,6 @@
-"""Every lab's CI run on both of the course's stacks in one invocation (issue 56): the default
-(Python 3.11, TensorFlow 2.15.1, ``.venv``) and the next (Python 3.12, TensorFlow 2.21.0 with
-tf-keras, ``.venv-next``; ``make setup STACK=next`` builds it).
+"""Every lab's CI run on both of the course's stacks in one invocation (issue 56): the old one
+(Python 3.11, TensorFlow 2.15.1, ``.venv-2.15``; ``make setup STACK=2.15`` builds it) and the
+default (Python 3.12, TensorFlow 2.21.0 with tf-keras, ``.venv``).
 
 For each lab: its status and wall time on each stack, and each number its run records
 (``<lab>.results.json``: accuracies, step times, speedups, byte ratios, the weights' differences)
@@ -19,7 +19,7 @@ tensorflow`` it is bounded by), the hand ring's and MPI's bus bandwidth at 64 MB
 2 ranks with Gloo and MPI beside one process's (the same global batch). Each within 20 %.
 
     python bench/bench_stacks.py [--labs 01,04] [--no-labs] [--no-figures] [--out FILE]
-    python bench/bench_stacks.py --compare DIR_2.15 DIR_NEXT     # two run_labs --out folders
+    python bench/bench_stacks.py --compare DIR_2.15 DIR_2.21     # two run_labs --out folders
 
 Prints one JSON object.
 """
@@ -39,7 +39,7 @@ from pathlib import Path
 from json_out import emit
 
 REPO = Path(__file__).resolve().parents[1]
-STACKS = {"2.15": REPO / ".venv", "next": REPO / ".venv-next"}
+STACKS = {"2.15": REPO / ".venv-2.15", "2.21": REPO / ".venv"}
 TIME_TOLERANCE = 0.20
 ACCURACY_TOLERANCE = 0.01
 WEIGHTS_TOLERANCE = 1e-5
@@ -61,7 +61,7 @@ def compare_numbers(old: dict, new: dict) -> dict:
     rows, moved = {}, []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
-        row = {"2.15": a, "next": b}
+        row = {"2.15": a, "2.21": b}
         if isinstance(a, bool) or isinstance(b, bool) or not all(isinstance(v, int | float) for v in (a, b)):
             same = a == b
         else:
@@ -108,13 +108,13 @@ def compare(dirs: dict[str, Path]) -> dict:
     summaries = {name: json.loads((d / "summary.json").read_text()) for name, d in dirs.items()}
     rows = {name: {r["lab"]: r for r in s} for name, s in summaries.items()}  # run_labs' summary: one row a lab
     labs = {}
-    for lab in sorted(set(rows["2.15"]) & set(rows["next"])):
+    for lab in sorted(set(rows["2.15"]) & set(rows["2.21"])):
         one = {name: rows[name][lab] for name in dirs}
         entry = {
             "status": {name: r.get("status") for name, r in one.items()},
             "wall_s": {name: r["wall_time_s"] for name, r in one.items()},
         }
-        entry.update(compare_numbers(*(recorded(dirs[name], one[name]) for name in ("2.15", "next"))))
+        entry.update(compare_numbers(*(recorded(dirs[name], one[name]) for name in ("2.15", "2.21"))))
         entry["stderr_lines"] = {
             name: len(stderr_lines(d / f"{lab}.ipynb")) if (d / f"{lab}.ipynb").is_file() else None
             for name, d in dirs.items()
@@ -188,7 +188,7 @@ def main() -> None:
     parser.add_argument("--no-figures", action="store_true", help="only the labs' CI runs")
     opts = parser.parse_args()
     if opts.compare:
-        emit(compare(dict(zip(("2.15", "next"), map(Path, opts.compare), strict=True))), opts.out)
+        emit(compare(dict(zip(("2.15", "2.21"), map(Path, opts.compare), strict=True))), opts.out)
         return
     missing = [f"{venv.name} (make setup STACK={name})" for name, venv in STACKS.items() if not venv.is_dir()]
     if missing:  # make bench runs every bench: this one says what it needs and does not fail the rest
@@ -197,7 +197,7 @@ def main() -> None:
     out = {}
     if not opts.no_figures:
         got = {name: figures(venv, name) for name, venv in STACKS.items()}
-        out["figures"] = compare_numbers(got["2.15"], got["next"])
+        out["figures"] = compare_numbers(got["2.15"], got["2.21"])
     if not opts.no_labs:
         with tempfile.TemporaryDirectory(prefix="bench-stacks-") as tmp:
             dirs = {name: Path(tmp) / name for name in STACKS}

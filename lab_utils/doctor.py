@@ -28,10 +28,10 @@ OK, WARN, FAIL = "OK", "WARN", "FAIL"
 #: Python each is built for, its TensorFlow, and whether its processes need TF_USE_LEGACY_KERAS=1
 #: (TF 2.16+ ship Keras 3, which Horovod's DistributedGradientTape cannot use: horovod#4290)
 STACKS = {
+    "2.21": {"python": "3.12", "tensorflow": "2.21.0", "legacy_keras": True},
     "2.15": {"python": "3.11", "tensorflow": "2.15.1", "legacy_keras": False},
-    "next": {"python": "3.12", "tensorflow": "2.21.0", "legacy_keras": True},
 }
-DEFAULT_STACK = "2.15"
+DEFAULT_STACK = "2.21"
 TF_VERSION = STACKS[DEFAULT_STACK]["tensorflow"]
 GiB = 1024**3
 # One TensorFlow process costs about 0.4 GB; 1 PS + 2 workers plus the kernel about 2 GB.

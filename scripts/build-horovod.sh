@@ -3,8 +3,8 @@
 # environment, with TensorFlow, Gloo and MPI (and NCCL when GPU=1), then verify it.
 # Called by scripts/setup.sh (.venv), binder/postBuild and the conda path of the README:
 #   bash scripts/build-horovod.sh "$(command -v python)"
-# HOROVOD_CONSTRAINTS: the lock to install with (default requirements/constraints.txt).
-# HOROVOD_PATCH (STACK=next, scripts/stacks.sh): a patch to the release's source. The sdist is
+# The stack (scripts/stacks.sh; STACK=2.15 for the other one) names the lock to install with
+# (HOROVOD_CONSTRAINTS overrides it) and the patch to the release's source (2.21's). The sdist is
 # patched and built into a wheel kept in ~/.cache/dl-labs/horovod/<key> (HOROVOD_WHEEL_CACHE), the
 # key being the patch, Python's, TensorFlow's and MPI's versions and GPU: the next setup of the same
 # stack installs that wheel instead of building again (pip's own cache holds only wheels of
@@ -14,8 +14,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${1:?usage: build-horovod.sh PYTHON}
 GPU=${GPU:-0}
 LOG=${HOROVOD_BUILD_LOG:-$("$PY" -c 'import sys; print(sys.prefix)')/horovod-build.log}
-CONSTRAINTS=${HOROVOD_CONSTRAINTS:-$ROOT/requirements/constraints.txt}
-PATCH=${HOROVOD_PATCH:-}
+. "$ROOT/scripts/stacks.sh"
+CONSTRAINTS=${HOROVOD_CONSTRAINTS:-$ROOT/$STACK_LOCK}
+PATCH=${HOROVOD_PATCH:+$ROOT/$HOROVOD_PATCH}
 BIN=$(dirname "$PY")
 die() { printf 'build-horovod: %s\n' "$*" >&2; exit 1; }
 
@@ -66,7 +67,7 @@ if ! "$PY" -c 'import horovod.tensorflow' >/dev/null 2>&1; then
     fi
   fi
 fi
-CHECK=$("$PY" -m horovod.runner.launch --check-build 2>/dev/null) || die "horovodrun --check-build failed; see $LOG"
+CHECK=$("$PY" -m horovod.runner.launch --check-build 2>&1) || { tail -n 5 <<<"$CHECK" >&2; die "horovodrun --check-build failed (above); see $LOG"; }
 for want in "\[X\] TensorFlow" "\[X\] MPI" "\[X\] Gloo"; do
   grep -q "$want" <<<"$CHECK" || die "Horovod was built without ${want#*] }: see $LOG; uninstall it (pip uninstall horovod) and run this again"
 done

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Print the path of the Python the stack needs (scripts/stacks.sh: 3.11 for STACK=2.15, the
-# default, 3.12 for STACK=next) for its venv (scripts/setup.sh and lock.sh call this).
+# Print the path of the Python the stack needs (scripts/stacks.sh: 3.12 for STACK=2.21, the
+# default, 3.11 for STACK=2.15) for its venv (scripts/setup.sh and lock.sh call this).
 #
-# TensorFlow 2.15.1 supports 3.9-3.11 and Horovod 0.28.1 is built against it, but Ubuntu 24.04
-# ships 3.12 and Debian 13 3.13. In order, for version V:
+# TensorFlow 2.21 supports 3.10-3.13 and Horovod 0.28.1 is built against it; Ubuntu 24.04 ships
+# 3.12, Debian 12 3.11 and Debian 13 3.13. In order, for version V:
 #   1. $PYTHON, pythonV, python3 on PATH, when they are V;
 #   2. the newest V.N that pyenv installed ($PYENV_ROOT, else ~/.pyenv), even where pyenv's
 #      shim for pythonV refuses it because another version is pyenv's global one;
@@ -26,7 +26,7 @@ is_v() { "$1" -c "import sys; sys.exit(0 if sys.version_info[:2] == (${V%%.*}, $
 
 MANUAL="Get it one of these ways, then run the same make command again:
     uv:     pip install uv && uv python install $V && make test STACK=$STACK PYTHON=\$(uv python find --system $V)
-    conda:  conda env create -f environment.yml && conda activate dl-labs   (no make needed; STACK=2.15)
+    conda:  conda env create -f environment.yml && conda activate dl-labs   (no make needed; the default stack)
     pyenv:  pyenv install $V && make test STACK=$STACK PYTHON=\$(pyenv root)/versions/$V*/bin/python$V
     Debian/Ubuntu:  apt-get install python$V python$V-venv python$V-dev   (Ubuntu: deadsnakes PPA)"
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Create the stack's venv with the pinned stack and a Horovod built against it. Idempotent.
 #
-#   scripts/setup.sh            # CPU (tensorflow-cpu==2.15.1), in .venv
-#   GPU=1 scripts/setup.sh      # tensorflow[and-cuda]==2.15.1 and Horovod with NCCL
-#   PYTHON=/path/to/python3.11 scripts/setup.sh
-#   STACK=next scripts/setup.sh # Python 3.12, TensorFlow 2.21.0 + tf-keras, in .venv-next
+#   scripts/setup.sh            # CPU: Python 3.12, tensorflow-cpu==2.21.0 + tf-keras, in .venv
+#   GPU=1 scripts/setup.sh      # tensorflow[and-cuda]==2.21.0 and Horovod with NCCL
+#   PYTHON=/path/to/python3.12 scripts/setup.sh
+#   STACK=2.15 scripts/setup.sh # the stack of classes begun on it: Python 3.11, TF 2.15.1, in .venv-2.15
 #   (no Python of the stack's version on the machine: scripts/find-python.sh gets one with uv,
 #   saying so; the stacks are named in scripts/stacks.sh)
 #
@@ -31,7 +31,7 @@ case "$GPU" in 0|1) ;; *) die "GPU must be 0 or 1, got GPU=$GPU" ;; esac
 
 fingerprint() {
   { cat "$CONSTRAINTS" "$ROOT/requirements/base.in" "${DEV[@]}" "$ROOT/pyproject.toml" "$0" \
-      "$ROOT/scripts/build-horovod.sh" "$ROOT/scripts/jupyterlab-overrides.json" \
+      "$ROOT/scripts/build-horovod.sh" "$ROOT/scripts/stack-keras.sh" "$ROOT/scripts/jupyterlab-overrides.json" \
       "$ROOT/slides/package-lock.json" "$ROOT/scripts/stacks.sh" ${HOROVOD_PATCH:+"$ROOT/$HOROVOD_PATCH"}
     echo "GPU=$GPU STACK=$STACK"; } | sha256sum | cut -d' ' -f1
 }
@@ -46,7 +46,7 @@ fi
 
 [ -f "$CONSTRAINTS" ] || die "no lock for STACK=$STACK ($STACK_LOCK): make it with make lock STACK=$STACK"
 
-# ---- Python 3.11 (3.12 for STACK=next) -----------------------------------------------
+# ---- Python 3.12 (3.11 for STACK=2.15) -----------------------------------------------
 # On PATH, or from uv's managed Pythons when the system has none (scripts/find-python.sh)
 is_stack_py() { "$1" -c "import sys; sys.exit(0 if sys.version_info[:2] == (${STACK_PYTHON%%.*}, ${STACK_PYTHON#*.}) else 1)" 2>/dev/null; }
 PY=$(bash "$ROOT/scripts/find-python.sh") || exit 1
@@ -153,27 +153,15 @@ if [ "$GPU" = 1 ]; then TF_REQ="tensorflow[and-cuda]==$TF_VERSION"; else TF_REQ=
 say "installing $TF_REQ and the pinned stack ($STACK_LOCK)"
 DEV_REQ=(); [ ${#DEV[@]} -eq 0 ] || DEV_REQ=(-r "${DEV[0]}")
 "${PIP[@]}" install -q -c "$CONSTRAINTS" -r "$ROOT/requirements/base.in" "${DEV_REQ[@]}" "$TF_REQ"
-if [ -n "$TF_KERAS_VERSION" ]; then
-  # tf-keras's one requirement is the `tensorflow` wheel, which would land beside tensorflow-cpu
-  # in the same package folder: it is installed without its dependencies, TensorFlow being here
-  "${PIP[@]}" install -q --no-deps -c "$CONSTRAINTS" "tf-keras==$TF_KERAS_VERSION"
-fi
-# Every process this venv's Python starts (the kernel, each task, each rank) gets the stack's Keras,
-# whatever it inherited: TF 2.16+ Keras 2 from tf-keras (TF_USE_LEGACY_KERAS=1), not Keras 3; TF 2.15
-# its own Keras 2 (the variable unset: 2.15 would look for tf-keras, which that stack has not).
-SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-if [ "$LEGACY_KERAS" = 1 ]; then
-  echo 'import os; os.environ["TF_USE_LEGACY_KERAS"] = "1"  # the course lab: scripts/stacks.sh' >"$SITE/labs-keras.pth"
-else
-  echo 'import os; os.environ.pop("TF_USE_LEGACY_KERAS", None)  # the course lab: scripts/stacks.sh' >"$SITE/labs-keras.pth"
-fi
+# the stack's Keras in every process this venv's Python starts (tf-keras and TF_USE_LEGACY_KERAS=1 on 2.21)
+STACK=$STACK STACK_CONSTRAINTS=$CONSTRAINTS bash "$ROOT/scripts/stack-keras.sh" "$VENV/bin/python"
 "${PIP[@]}" install -q --no-deps -e "$ROOT"
 # JupyterLab opens Markdown files rendered (the course map, labs/README.md), not in the editor
 install -D -m 0644 "$ROOT/scripts/jupyterlab-overrides.json" "$VENV/share/jupyter/lab/settings/overrides.json"
 
 # ---- Horovod, built against the TensorFlow just installed --------------------------
-GPU=$GPU HOROVOD_BUILD_LOG=$VENV/horovod-build.log HOROVOD_CONSTRAINTS=$CONSTRAINTS \
-  HOROVOD_PATCH=${HOROVOD_PATCH:+$ROOT/$HOROVOD_PATCH} bash "$ROOT/scripts/build-horovod.sh" "$VENV/bin/python"
+GPU=$GPU STACK=$STACK HOROVOD_BUILD_LOG=$VENV/horovod-build.log HOROVOD_CONSTRAINTS=$CONSTRAINTS \
+  bash "$ROOT/scripts/build-horovod.sh" "$VENV/bin/python"
 
 fingerprint >"$STAMP"
 say "environment ready: $VENV (check it with: make doctor)"

@@ -23,11 +23,12 @@ import psutil
 
 from lab_utils import report, resources
 
-#: Memory one more TensorFlow 2.15 CPU task (its server and a small model, no data) adds to
+#: Memory one more TensorFlow CPU task (its server and a small model, no data) adds to
 #: a session's cgroup: its private (anonymous) resident memory. Measured on the course host
-#: (/proc/PID/status RssAnon): a PS 245 MB, a worker with the 5,000-image MNIST sample
+#: with TF 2.15 (/proc/PID/status RssAnon): a PS 245 MB, a worker with the 5,000-image MNIST sample
 #: 273 MB (253 MB without its data), with the full set 476-504 MB; 288 MB leaves 14 % over
-#: the largest (tests/process/test_ps_training.py holds a real cluster's tasks under it). Its
+#: the largest (tests/process/test_ps_training.py and test_ps_strategy.py hold a real cluster's
+#: tasks under it, on TF 2.21 as on 2.15). Its
 #: file pages, about 240 MB more resident, are TensorFlow's library, shared by every
 #: TensorFlow process and charged once, to the kernel that imported it first. (Counted per
 #: task, at 450 MB, a Binder session of 2 GB refused Lab 2's second worker, which fits.)

@@ -297,7 +297,7 @@ def lay_out(repo: Path, gid: int, python: Path) -> None:
     if why:
         raise ValueError(
             f"students cannot run {python} ({real}): {why}. Make the course's environment from a Python "
-            "every user can run (Debian's /usr/bin/python3.11, or one installed under /opt), or give --python"
+            "every user can run (the system's python3.12, or one installed under /opt), or give --python"
         )
     root_runs = tuple(repo / rel for rel in ROOT_RUNS)
     for entry in sorted(repo.iterdir()):

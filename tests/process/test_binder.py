@@ -26,6 +26,11 @@ def test_postbuild_installs_lab_utils_and_horovod(tmp_path):
     # the locked stack that repo2docker installs from binder/requirements.txt before postBuild:
     # this test environment's, reached through a .pth instead of copied (TensorFlow is 1.6 GB)
     (site / "locked_stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # and setuptools' distutils shim, which a .pth'd folder's own .pth files do not get (Python 3.12
+    # has no distutils; Horovod's runner imports it): repo2docker's environment has setuptools itself
+    shim = Path(sysconfig.get_paths()["purelib"]) / "distutils-precedence.pth"
+    if shim.is_file():
+        (site / shim.name).write_text(shim.read_text())
     python = env_dir / "bin" / "python"
     path = f"{env_dir / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin"
     proc = subprocess.run(
@@ -39,14 +44,24 @@ def test_postbuild_installs_lab_utils_and_horovod(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "horovod OK: TensorFlow, MPI and Gloo" in proc.stdout
     where = subprocess.run(
-        [str(python), "-c", "import lab_utils, horovod.tensorflow; print(lab_utils.__file__)"],
+        [
+            str(python),
+            "-c",
+            "import os, lab_utils, horovod.tensorflow; print(lab_utils.__file__, os.environ.get('TF_USE_LEGACY_KERAS'))",
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         timeout=120,
     )
     assert where.returncode == 0, where.stderr[-2000:]
-    assert where.stdout.strip() == str(repo / "lab_utils" / "__init__.py")  # installed from the repository, editable
+    from lab_utils import doctor
+
+    keras = "1" if doctor.STACKS[doctor.DEFAULT_STACK]["legacy_keras"] else "None"  # the stack's Keras in every process
+    assert where.stdout.split() == [
+        str(repo / "lab_utils" / "__init__.py"),
+        keras,
+    ]  # installed from the repository, editable
     overrides = env_dir / "share/jupyter/lab/settings/overrides.json"  # Markdown opens rendered: the course map
     assert overrides.read_text() == (ROOT / "scripts/jupyterlab-overrides.json").read_text()
     server = subprocess.run(  # the server's own view of its configuration: it opens on the course map

@@ -98,7 +98,7 @@ def test_another_user_cannot_reach_a_student_s_cluster(user):
 
 def test_a_copy_of_this_interpreter_runs_as_that_user_where_its_own_home_is_closed():
     """Where no Python of this version is reachable by other users (pyenv's 3.12 under root's
-    700 home: the next stack on CI), the tests' user runs a copy: its standard library linked,
+    700 home: the default stack on CI), the tests' user runs a copy: its standard library linked,
     its interpreter's RUNPATH pointed at its own lib/ (ssl, sqlite3, ctypes: the C modules load)."""
     import os
     import pwd

@@ -29,7 +29,7 @@ from lab_utils.grading import leaks
 from lab_utils.training.ps import runs as ps_runs
 
 ROOT = Path(__file__).resolve().parents[2]
-TF_PIN = "2.15.1"
+TF_PIN = "2.21.0"  # the default stack's (scripts/stacks.sh)
 DEPLOY = ROOT / "deploy"
 
 
@@ -38,7 +38,7 @@ def test_binder_follows_repo2docker_conventions():
     binder = ROOT / "binder"
     # once binder/ exists repo2docker ignores the root; an environment.yml here would win over requirements.txt
     assert not (binder / "environment.yml").exists()
-    assert (binder / "runtime.txt").read_text().strip() == "python-3.11"
+    assert (binder / "runtime.txt").read_text().strip() == "python-3.12"
     assert {"openmpi-bin", "libopenmpi-dev", "g++", "iproute2"} <= set((binder / "apt.txt").read_text().split())
     post = binder / "postBuild"
     text = post.read_text()
@@ -46,6 +46,7 @@ def test_binder_follows_repo2docker_conventions():
     assert re.search(r"^set -e", text, re.M), "postBuild must stop at the first failing step"
     assert not re.search(r"\b(sudo|apt-get)\b", text), "postBuild runs as the notebook user, without root"
     assert "pip install" in text and "scripts/build-horovod.sh" in text
+    assert text.index("scripts/stack-keras.sh") < text.index("scripts/build-horovod.sh"), "tf-keras before Horovod"
     start = binder / "start"
     code = [line for line in start.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert os.access(start, os.X_OK) and code[-1].strip() == 'exec "$@"'
@@ -69,16 +70,20 @@ def test_every_way_in_installs_the_same_locked_stack():
     }
     # make setup's stack, by default: its entry in scripts/stacks.sh (setup.sh sources it)
     stacks = (ROOT / "scripts" / "stacks.sh").read_text()
-    default = stacks[stacks.index("\n  2.15)") :].split(";;", 1)[0]
+    default = stacks[stacks.index("\n  2.21)") :].split(";;", 1)[0]
     for way, path in ways.items():
         text = path.read_text() + (default if way == "make setup" else "")
         assert "constraints.txt" in text and "base.in" in text, f"{way} ({path.name}) does not install the lock"
-        pins = set(re.findall(r"tensorflow(?:-cpu|\[and-cuda\])?==([\d.]+)", text)) | set(
-            re.findall(r"TF_VERSION=([\d.]+)", text)
+        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))  # not how to build 2.15
+        pins = set(re.findall(r"tensorflow(?:-cpu|\[and-cuda\])?==([\d.]+)", code)) | set(
+            re.findall(r"TF_VERSION=([\d.]+)", code)
         )
         assert pins == {TF_PIN}, f"{way} pins TensorFlow {pins}"
         assert "dev.in" not in text or way == "make setup", f"{way} installs the test tools"
-    for lock, make in (("constraints.txt", "make lock"), ("constraints-next.txt", "make lock STACK=next")):
+        if way in ("binder", "conda", "student image"):  # tf-keras and TF_USE_LEGACY_KERAS, where setup.sh is not run
+            keras = (ROOT / "binder" / "postBuild").read_text() if way == "binder" else text
+            assert "scripts/stack-keras.sh" in keras, f"{way} does not give the stack its Keras"
+    for lock, make in (("constraints.txt", "make lock"), ("constraints-2.15.txt", "make lock STACK=2.15")):
         locked = {
             line.split("==")[0].lower().replace("_", "-")
             for line in (ROOT / "requirements" / lock).read_text().splitlines()
@@ -89,8 +94,9 @@ def test_every_way_in_installs_the_same_locked_stack():
             assert not missing, f"requirements/{name} names {missing}, which {lock} does not pin: run {make}"
 
 
-#: the oldest Python 3.11 the course runs on: Debian 12's python3.11 (scripts/find-python.sh takes it)
-OLDEST_PYTHON = "3.11.2"
+#: each stack's lock, and the oldest Python of its version the course runs on (scripts/find-python.sh
+#: takes it): 2.21's, pyenv's 3.12.1 (Ubuntu 24.04 ships 3.12.3); 2.15's, Debian 12's python3.11
+OLDEST_PYTHON = {(3, 12): ("constraints.txt", "3.12.1"), (3, 11): ("constraints-2.15.txt", "3.11.2")}
 
 
 def test_every_locked_package_installs_on_the_oldest_python_the_course_takes():
@@ -101,8 +107,9 @@ def test_every_locked_package_installs_on_the_oldest_python_the_course_takes():
 
     from packaging.specifiers import SpecifierSet
 
+    lock, oldest = OLDEST_PYTHON[sys.version_info[:2]]  # the lock of the stack these tests run on
     checked, refused = 0, []
-    for line in (ROOT / "requirements/constraints.txt").read_text().splitlines():
+    for line in (ROOT / "requirements" / lock).read_text().splitlines():
         name, sep, version = line.partition("==")
         if not sep or line.startswith("#"):
             continue
@@ -114,12 +121,10 @@ def test_every_locked_package_installs_on_the_oldest_python_the_course_takes():
             continue
         checked += 1
         needs = dist.metadata.get("Requires-Python")
-        if needs and OLDEST_PYTHON not in SpecifierSet(needs):
+        if needs and oldest not in SpecifierSet(needs):
             refused.append(f"{name}=={version} (Requires-Python {needs})")
     assert checked > 100, f"only {checked} locked packages found installed: is this the course's environment?"
-    assert not refused, (
-        f"pip would refuse these on Python {OLDEST_PYTHON}: {refused}; bound them in requirements/base.in"
-    )
+    assert not refused, f"pip would refuse these on Python {oldest}: {refused}; bound them in requirements/base.in"
 
 
 # ---------------------------------------------------------------------- the images
@@ -152,7 +157,8 @@ def student_context():
 def test_the_student_image_gets_what_students_need_and_nothing_of_the_course(student_context):
     ctx = student_context
     needed = ["lab_utils/__init__.py", "requirements/constraints.txt", "requirements/base.in", "pyproject.toml"]
-    needed += ["scripts/build-horovod.sh", "deploy/student/copy-labs.sh", "labs/README.md"]
+    needed += ["scripts/build-horovod.sh", "scripts/stacks.sh", "scripts/stack-keras.sh", "deploy/student/copy-labs.sh"]
+    needed += ["scripts/horovod-patches/tf2.21.patch", "labs/README.md"]
     needed += [f"labs/{lab}/{lab}.ipynb" for lab in sorted(p.name for p in (ROOT / "grading/source").iterdir())]
     assert not [p for p in needed if p not in ctx], "the student image lacks files it needs"
     banned = [p for p in ctx if p.startswith(("grading/", "tests/", "bench/", ".git/", ".venv/"))]

@@ -19,6 +19,7 @@ RUN_BY = {
         "tests/notebooks/test_grading_crafted.py::test_the_instructors_make_commands_round_trip_a_class"
     ),
     r"bash scripts/build-horovod\.sh ": "tests/process/test_binder.py::test_postbuild_installs_lab_utils_and_horovod",
+    r"bash scripts/stack-keras\.sh ": "tests/process/test_binder.py::test_postbuild_installs_lab_utils_and_horovod",
     r"make student-repo\b": "tests/unit/test_student_repo.py::test_make_student_repo_writes_the_folder_it_is_given",
     r"(taskset -c 0 )?python bench/bench_yardsticks\.py ": (
         "tests/unit/test_selfcheck.py::test_the_bench_measures_a_lab_and_publishes_only_complete_measurements"

@@ -21,10 +21,10 @@ def test_python_version_names_the_stack_or_says_what_to_do():
     row = d.check_python((3, 11, 7))
     assert row.status == d.OK and "the 2.15 stack (TensorFlow 2.15.1)" in row.value
     row = d.check_python((3, 12, 1))
-    assert row.status == d.OK and "the next stack (TensorFlow 2.21.0)" in row.value
+    assert row.status == d.OK and "the 2.21 stack (TensorFlow 2.21.0)" in row.value
     row = d.check_python((3, 13, 0))
     assert row.status == d.FAIL and "no stack of the course runs on Python 3.13" in row.fix
-    assert "Python 3.11: `make setup`" in row.fix and "Python 3.12: `make setup STACK=next`" in row.fix
+    assert "Python 3.12: `make setup`" in row.fix and "Python 3.11: `make setup STACK=2.15`" in row.fix
 
 
 def test_the_doctors_stacks_are_the_ones_setup_builds():
@@ -39,26 +39,27 @@ def test_the_doctors_stacks_are_the_ones_setup_builds():
     assert stacks.stack(None)["STACK"] == d.DEFAULT_STACK
 
 
-def test_the_next_stack_needs_legacy_keras_and_the_215_stack_does_not():
+def test_the_221_stack_needs_legacy_keras_and_the_215_stack_does_not():
     assert d.check_legacy_keras({}, (3, 11, 7)) is None
     row = d.check_legacy_keras({}, (3, 12, 1))
-    assert row.status == d.FAIL and "(unset)" in row.value and "make setup STACK=next" in row.fix
+    assert row.status == d.FAIL and "(unset)" in row.value and "`make setup`" in row.fix
     assert d.check_legacy_keras({"TF_USE_LEGACY_KERAS": "1"}, (3, 12, 1)).status == d.OK
 
 
 def test_tensorflow_missing_fails():
     rows = d.check_tensorflow(importer=_raise_import, version_info=(3, 11, 7))
-    assert rows[0].status == d.FAIL and "make setup" in rows[0].fix and "2.15.1" in rows[0].fix
+    assert rows[0].status == d.FAIL and "make setup STACK=2.15" in rows[0].fix and "2.15.1" in rows[0].fix
     rows = d.check_tensorflow(importer=_raise_import, version_info=(3, 12, 1))
-    assert "make setup STACK=next" in rows[0].fix and "2.21.0" in rows[0].fix
+    assert "`make setup`" in rows[0].fix and "2.21.0" in rows[0].fix
 
 
 def test_tensorflow_wrong_version_warns():
     fake = SimpleNamespace(__version__="2.16.1", config=SimpleNamespace(list_physical_devices=lambda *a: []))
     rows = d.check_tensorflow(importer=lambda name: fake, version_info=(3, 11, 7))
     assert rows[0].status == d.WARN and rows[0].value == "2.16.1" and "pinned to 2.15.1" in rows[0].fix
+    assert "STACK=2.15" in rows[0].fix
     rows = d.check_tensorflow(importer=lambda name: fake, version_info=(3, 12, 1))
-    assert rows[0].status == d.WARN and "pinned to 2.21.0" in rows[0].fix and "STACK=next" in rows[0].fix
+    assert rows[0].status == d.WARN and "pinned to 2.21.0" in rows[0].fix and "STACK=" not in rows[0].fix
 
 
 def _fake_hvd(mpi=True, gloo=True, nccl=False, version="0.28.1"):
@@ -167,7 +168,7 @@ def test_network_row_says_how_or_why_not():
 
 
 def test_every_process_of_this_venv_gets_its_stacks_keras_whatever_it_inherited():
-    """The venv's .pth (scripts/setup.sh): TF_USE_LEGACY_KERAS=1 on the next stack, unset on 2.15
+    """The venv's .pth (scripts/stack-keras.sh): TF_USE_LEGACY_KERAS=1 on the 2.21 stack, unset on 2.15
     (where it would make TensorFlow look for tf-keras), even when the parent set the other."""
     legacy = d.STACKS[d.stack_of()]["legacy_keras"]
     inherited = {**d.os.environ, "TF_USE_LEGACY_KERAS": "0" if legacy else "1"}

@@ -2,6 +2,8 @@
 
 import os
 import subprocess
+import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -9,6 +11,9 @@ import pytest
 from support import stacks
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the default stack's Python version (3.12), and a real interpreter of it: this one's installation
+V = stacks.stack(None)["STACK_PYTHON"]
+REAL = Path(sys._base_executable)
 
 
 def _fake_python(bindir: Path, name: str, version: str):
@@ -17,7 +22,7 @@ def _fake_python(bindir: Path, name: str, version: str):
     p.chmod(0o755)
 
 
-@pytest.mark.parametrize("stack", ["2.15", "next"])
+@pytest.mark.parametrize("stack", ["2.21", "2.15"])
 def test_setup_without_the_stacks_python_explains_and_builds_nothing(tmp_path, stack):
     want = stacks.stack(stack)
     bindir = tmp_path / "bin"
@@ -35,22 +40,23 @@ def test_setup_without_the_stacks_python_explains_and_builds_nothing(tmp_path, s
     assert not (tmp_path / "venv").exists() and not (tmp_path / "tools" / "uv").exists()
 
 
-#: a stand-in for uv: logs its arguments; `python find --system 3.11` finds Debian's 3.11 only once
-#: `python install 3.11` has run (as the real one finds its managed Python)
-STUB_UV = """#!/bin/sh
-echo "$*" >> "{log}"
+#: a stand-in for uv: logs its arguments; `python find --system V` finds a real V only once
+#: `python install V` has run (as the real one finds its managed Python)
+STUB_UV = f"""#!/bin/sh
+echo "$*" >> "{{log}}"
 case "$*" in
-  "python install 3.11") touch "{log}.installed" ;;
-  "python find --system 3.11") [ -e "{log}.installed" ] && echo /usr/bin/python3.11 || exit 2 ;;
+  "python install {V}") touch "{{log}}.installed" ;;
+  "python find --system {V}") [ -e "{{log}}.installed" ] && echo {REAL} || exit 2 ;;
   *) exit 2 ;;
 esac
 """
 
 
-def _python312(bindir: Path) -> None:
-    """python3 that is not 3.11 (it answers the version probe no) but otherwise works."""
+def _other_python3(bindir: Path) -> None:
+    """python3 that is not the stack's Python (it answers the version probe no) but otherwise works."""
+    probe = "({}, {})".format(*V.split("."))
     p = bindir / "python3"
-    p.write_text('#!/bin/sh\ncase "$*" in *"(3, 11)"*) exit 1 ;; esac\nexec /usr/bin/python3.11 "$@"\n')
+    p.write_text(f'#!/bin/sh\ncase "$*" in *"{probe}"*) exit 1 ;; esac\nexec {REAL} "$@"\n')
     p.chmod(0o755)
 
 
@@ -61,34 +67,34 @@ def _find_python(bindir: Path, tmp_path: Path, **env):
     )
 
 
-def test_without_python311_setup_gets_one_with_uv_and_says_so(tmp_path):
-    """Ubuntu 24.04 (3.12) or Debian 13 (3.13): 3.11 hidden from PATH, uv on it."""
+def test_without_the_stacks_python_setup_gets_one_with_uv_and_says_so(tmp_path):
+    """Debian 12 (3.11) or 13 (3.13): the stack's 3.12 hidden from PATH (pyenv's too), uv on it."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    _fake_python(bindir, "python3.11", "3.12")
-    _python312(bindir)
+    _fake_python(bindir, f"python{V}", "3.13")
+    _other_python3(bindir)
     log = tmp_path / "uv.log"
     (bindir / "uv").write_text(STUB_UV.format(log=log))
     (bindir / "uv").chmod(0o755)
     proc = _find_python(bindir, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "/usr/bin/python3.11\n"  # stdout holds only the interpreter
+    assert proc.stdout == f"{REAL}\n"  # stdout holds only the interpreter
     said = [line for line in proc.stderr.splitlines() if "getting one with uv" in line]
-    assert len(said) == 1 and "uv python install 3.11" in said[0], proc.stderr
+    assert len(said) == 1 and f"uv python install {V}" in said[0], proc.stderr
     assert log.read_text().splitlines() == [
-        "python find --system 3.11",
-        "python install 3.11",
-        "python find --system 3.11",
+        f"python find --system {V}",
+        f"python install {V}",
+        f"python find --system {V}",
     ]
 
 
-def test_a_python311_on_path_is_used_without_uv(tmp_path):
+def test_a_python_of_the_stack_given_is_used_without_uv(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "uv").write_text("#!/bin/sh\nexit 99\n")
     (bindir / "uv").chmod(0o755)
-    proc = _find_python(bindir, tmp_path, PYTHON="/usr/bin/python3.11")
-    assert proc.returncode == 0 and proc.stdout == "/usr/bin/python3.11\n" and proc.stderr == "", proc.stderr
+    proc = _find_python(bindir, tmp_path, PYTHON=str(REAL))
+    assert proc.returncode == 0 and proc.stdout == f"{REAL}\n" and proc.stderr == "", proc.stderr
 
 
 def test_a_python_pyenv_installed_is_found_where_its_shim_refuses_it(tmp_path):
@@ -108,7 +114,7 @@ def test_a_python_pyenv_installed_is_found_where_its_shim_refuses_it(tmp_path):
         python.parent.mkdir(parents=True)
         python.write_text(f"#!/bin/sh\nexit {0 if works else 1}\n")  # answers the version probe
         python.chmod(0o755)
-    proc = _find_python(bindir, tmp_path, STACK="next", PYENV_ROOT=str(tmp_path / "pyenv"))
+    proc = _find_python(bindir, tmp_path, STACK="2.21", PYENV_ROOT=str(tmp_path / "pyenv"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"{versions}/3.12.10/bin/python3.12\n"  # 3.12.12 does not run: the next newest
     assert proc.stderr == f"==> Python 3.12 found in pyenv's versions: {versions}/3.12.10/bin/python3.12\n"
@@ -136,14 +142,14 @@ def test_uv_comes_from_pypi_through_any_python3(tmp_path):
     into the tools folder, not the system, and the next run finds it there."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    _fake_python(bindir, "python3.11", "3.12")
-    _python312(bindir)
+    _fake_python(bindir, f"python{V}", "3.13")
+    _other_python3(bindir)
     log = tmp_path / "uv.log"
     _stub_uv_wheel(tmp_path / "index", log)
     pip = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "index"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     proc = _find_python(bindir, tmp_path, **pip)
     assert proc.returncode == 0, proc.stderr
-    assert "installing uv from PyPI" in proc.stderr and proc.stdout == "/usr/bin/python3.11\n"
+    assert "installing uv from PyPI" in proc.stderr and proc.stdout == f"{REAL}\n"
     assert (tmp_path / "tools" / "uv" / "bin" / "uv").is_file()
     again = _find_python(bindir, tmp_path, **pip)
     assert again.returncode == 0 and "installing uv" not in again.stderr, again.stderr
@@ -155,7 +161,7 @@ def test_setup_rejects_bad_gpu_flag(tmp_path):
     assert proc.returncode != 0 and "GPU must be 0 or 1" in proc.stderr
 
 
-@pytest.mark.parametrize("name", ["2.15", "next"])
+@pytest.mark.parametrize("name", ["2.21", "2.15"])
 def test_each_stack_has_its_lock_its_venv_and_its_horovod_patch(name):
     """What stacks.sh names exists and agrees with the stack's lock: the TensorFlow, the tf-keras
     and the Horovod that setup installs are the locked ones."""
@@ -181,32 +187,33 @@ def test_each_stack_has_its_lock_its_venv_and_its_horovod_patch(name):
 
 def _shell(**extra: str) -> dict:
     """The environment of make run from a shell: not what `make test STACK=...` hands the tests
-    (its VENV and STACK, and MAKEFLAGS, which carries a command line's STACK=next to any make)."""
+    (its VENV and STACK, and MAKEFLAGS, which carries a command line's STACK=2.15 to any make)."""
     drop = ("VENV", "STACK", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")
     return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
 
 
-def test_the_default_stack_is_215_and_an_unknown_one_is_refused(tmp_path):
+def test_the_default_stack_is_221_and_an_unknown_one_is_refused(tmp_path):
     default = stacks.stack(None)
-    assert default == stacks.stack("2.15") and (default["TF_VERSION"], default["STACK_VENV"]) == ("2.15.1", ".venv")
+    assert default == stacks.stack("2.21") and (default["TF_VERSION"], default["STACK_VENV"]) == ("2.21.0", ".venv")
+    assert default["STACK_PYTHON"] == "3.12" and default["STACK_LOCK"] == "requirements/constraints.txt"
     env = _shell(STACK="2.16", VENV=str(tmp_path / "venv"))
     proc = subprocess.run(["make", "-s", "-C", str(ROOT), "setup"], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
-    assert "STACK=2.16: no such stack" in proc.stderr and "STACK=next" in proc.stderr
+    assert "STACK=2.16: no such stack" in proc.stderr and "STACK=2.15" in proc.stderr and "STACK=2.21" in proc.stderr
     assert not (tmp_path / "venv").exists()
 
 
-def test_make_runs_the_next_stack_from_its_own_venv():
+def test_make_runs_the_215_stack_from_its_own_venv():
     shell = _shell()
     proc = subprocess.run(
-        ["make", "-n", "-C", str(ROOT), "test-fast", "STACK=next"],
+        ["make", "-n", "-C", str(ROOT), "test-fast", "STACK=2.15"],
         env=shell,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert ".venv-next/bin/python -m pytest" in proc.stdout
+    assert ".venv-2.15/bin/python -m pytest" in proc.stdout
     default = subprocess.run(
         ["make", "-n", "-C", str(ROOT), "test-fast"], env=shell, capture_output=True, text=True, timeout=60
     )
@@ -226,7 +233,7 @@ def test_bad_port_fails_before_any_setup(tmp_path):
 
 def test_horovod_build_without_tensorflow_is_a_clear_error(tmp_path):
     venv = tmp_path / "venv"
-    subprocess.run(["python3.11", "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([str(REAL), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts/build-horovod.sh"), str(venv / "bin/python")],
         capture_output=True,
@@ -236,6 +243,37 @@ def test_horovod_build_without_tensorflow_is_a_clear_error(tmp_path):
     assert proc.returncode != 0 and "TensorFlow is not installed" in proc.stderr
 
 
+def test_stack_keras_gives_every_process_of_an_environment_its_stacks_keras(tmp_path):
+    """scripts/stack-keras.sh, as Binder, conda and the images run it on an environment setup.sh did
+    not make: on 2.21 tf-keras (here this environment's, reached by a .pth) and TF_USE_LEGACY_KERAS=1
+    in every process its Python starts, whatever the parent set; on 2.15 the variable unset (make
+    test-stack STACK=2.15 runs it there)."""
+    from lab_utils import doctor
+
+    name = doctor.stack_of()  # the stack of this environment, whose packages the test reaches
+    venv = tmp_path / "venv"
+    subprocess.run([str(REAL), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # pip, and the locked stack
+    python = str(venv / "bin" / "python")
+    env = {**_shell(STACK=name), "PIP_NO_INDEX": "1"}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts/stack-keras.sh"), python], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    legacy = stacks.stack(name)["LEGACY_KERAS"] == "1"
+    assert f"Keras for the {name} stack" in proc.stdout and ("tf-keras" in proc.stdout) == legacy
+    for inherited in ("0", "1"):
+        child = subprocess.run(
+            [python, "-c", "import os; print(os.environ.get('TF_USE_LEGACY_KERAS'))"],
+            env={"PATH": "/usr/bin:/bin", "TF_USE_LEGACY_KERAS": inherited},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert child.stdout.strip() == ("1" if legacy else "None"), child.stderr
+
+
 def test_failed_build_leaves_no_stamp(tmp_path):
     """A setup that dies after creating the venv must not leave it looking complete."""
     venv = tmp_path / "venv"
@@ -243,7 +281,7 @@ def test_failed_build_leaves_no_stamp(tmp_path):
     (venv / ".labs-setup-stamp").write_text("stale")
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    _fake_python(bindir, "python3.11", "3.10")
+    _fake_python(bindir, f"python{V}", "3.10")
     _fake_python(bindir, "python3", "3.10")
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "VENV": str(venv), "HOME": str(tmp_path)}
     env["LABS_TOOLS_DIR"] = str(tmp_path / "tools")  # not the checkout's .tools/uv, which finds real Pythons

@@ -37,6 +37,7 @@ def test_it_holds_what_students_need(published):
     needed |= {"binder/postBuild", "binder/requirements.txt", "binder/runtime.txt", "binder/apt.txt", "binder/start"}
     needed |= {"environment.yml", "requirements/constraints.txt", "requirements/base.in", "pyproject.toml"}
     needed |= {"README.md", "Makefile", "scripts/setup.sh", "scripts/lab.sh", "scripts/build-horovod.sh"}
+    needed |= {"scripts/stacks.sh", "scripts/stack-keras.sh", "scripts/horovod-patches/tf2.21.patch"}
     assert needed <= tracked, sorted(needed - tracked)
     assert _git(published, "status", "--porcelain") == ""  # everything written is committed
     # every file the ways in name is there: Binder's lock, setup's scripts, the Makefile's scripts
