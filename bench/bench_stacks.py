@@ -12,6 +12,9 @@ of the same stack (a straggler's staleness, an asynchronous run's accuracy) need
 before it says anything about the stack.
 Also each notebook's lines on stderr that a student would see (TensorFlow's start-up messages).
 
+And the claims of the labs' text (``grading/claims.yml``, as ``bench/expected_results.py`` judges
+them on its CI tier: 2 CPUs, the CI parameters) on each stack's runs, side by side.
+
 Then the figures the course quotes from its benches, each stack's run after the other's: a
 cluster's start-up (``bench_cluster_startup.py``: 1 PS + 2 workers ready, and the ``import
 tensorflow`` it is bounded by), the hand ring's and MPI's bus bandwidth at 64 MB and Horovod's
@@ -36,6 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from expected_results import load_claims, verdict
 from json_out import emit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,7 +124,10 @@ def compare(dirs: dict[str, Path]) -> dict:
             for name, d in dirs.items()
         }
         labs[lab] = entry
+    claims = claim_verdicts(dirs, rows)
     return {
+        "claims": claims,
+        "claims_failing": {name: [c for c, v in claims.items() if v[name].startswith("**")] for name in dirs},
         "labs": labs,
         "moved": {lab: e["moved"] for lab, e in labs.items() if e.get("moved")},
         "all_ok": all(set(e["status"].values()) == {"ok"} for e in labs.values()),
@@ -130,6 +137,28 @@ def compare(dirs: dict[str, Path]) -> dict:
             "weights_abs": WEIGHTS_TOLERANCE,
         },
     }
+
+
+def claim_verdicts(dirs: dict[str, Path], rows: dict[str, dict]) -> dict:
+    """Each claim of the labs' text run by both stacks: ``{"<lab>: <claim>": {stack: verdict}}``,
+    judged as bench/expected_results.py judges its CI tier (2 CPUs, the CI parameters)."""
+    out = {}
+    for claim in load_claims():
+        row = {name: rows[name].get(claim.lab) for name in dirs}
+        if not all(row.values()):
+            continue
+        entries = {
+            name: {
+                "limits": {"cpus": os.cpu_count(), "memory_mb": None},
+                "params": "ci",
+                "data": "the labs' own sources",
+                "wall_s": r["wall_time_s"],
+                "recorded": recorded(dirs[name], r),
+            }
+            for name, r in row.items()
+        }
+        out[f"{claim.lab}: {claim.claim}"] = {name: verdict(claim, e)[0] for name, e in entries.items()}
+    return out
 
 
 def _env(stack: str) -> dict:
@@ -182,7 +211,8 @@ def figures(venv: Path, stack: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--labs", default="", help="comma-separated, e.g. 01,04 (default: all)")
-    parser.add_argument("--compare", nargs=2, metavar=("DIR_2_15", "DIR_NEXT"), help="compare two runs, run nothing")
+    parser.add_argument("--compare", nargs=2, metavar=("DIR_2_15", "DIR_2_21"), help="compare two runs, run nothing")
+    parser.add_argument("--keep", help="keep each stack's run_labs folder under this folder (default: removed)")
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--no-labs", action="store_true", help="only the bench figures")
     parser.add_argument("--no-figures", action="store_true", help="only the labs' CI runs")
@@ -200,7 +230,7 @@ def main() -> None:
         out["figures"] = compare_numbers(got["2.15"], got["2.21"])
     if not opts.no_labs:
         with tempfile.TemporaryDirectory(prefix="bench-stacks-") as tmp:
-            dirs = {name: Path(tmp) / name for name in STACKS}
+            dirs = {name: Path(opts.keep or tmp) / name for name in STACKS}
             for name, venv in STACKS.items():
                 run(name, venv, dirs[name], opts.labs)
             out.update(compare(dirs))

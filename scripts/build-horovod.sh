@@ -27,6 +27,16 @@ CACHE=()
 if [ "$GPU" = 1 ]; then
   export HOROVOD_GPU_OPERATIONS=NCCL
   CACHE=(--no-cache-dir)   # never reuse a CPU-only wheel from pip's cache
+  # NCCL from the nvidia-nccl-cu12 wheel that tensorflow[and-cuda] installs, where no NCCL is given
+  # (HOROVOD_NCCL_HOME/_LIB): Horovod's FindNCCL.cmake looks for libnccl.so, the wheel ships only
+  # libnccl.so.2, so a link to it is made in the environment (lib/horovod-nccl/)
+  NCCL_WHEEL=$("$PY" -c 'import os, sysconfig as s; d = [os.path.join(s.get_paths()[k], "nvidia", "nccl") for k in ("platlib", "purelib")]; print(next((p for p in d if os.path.isfile(os.path.join(p, "include", "nccl.h"))), ""))')
+  if [ -z "${HOROVOD_NCCL_HOME:-}${HOROVOD_NCCL_LIB:-}" ] && [ -n "$NCCL_WHEEL" ] && [ -f "$NCCL_WHEEL/lib/libnccl.so.2" ]; then
+    NCCL_LINKS=$("$PY" -c 'import sys; print(sys.prefix)')/lib/horovod-nccl
+    mkdir -p "$NCCL_LINKS" && ln -sfn "$NCCL_WHEEL/lib/libnccl.so.2" "$NCCL_LINKS/libnccl.so"
+    export HOROVOD_NCCL_INCLUDE=$NCCL_WHEEL/include HOROVOD_NCCL_LIB=$NCCL_LINKS HOROVOD_NCCL_LINK=SHARED
+    echo "==> NCCL from the nvidia-nccl-cu12 wheel: $NCCL_WHEEL"
+  fi
 fi
 FAILED="the Horovod build failed (full log: $LOG). Usual causes: no C++ compiler (install g++),
   no MPI headers (install libopenmpi-dev), or a TensorFlow other than the stack's installed

@@ -139,7 +139,8 @@ fi
 # ---- The virtual environment -------------------------------------------------------
 rm -f "$STAMP"
 if [ -x "$VENV/bin/python" ] && ! is_stack_py "$VENV/bin/python"; then
-  say "$VENV is not Python $STACK_PYTHON: recreating it"; rm -rf "$VENV"
+  say "$VENV is not Python $STACK_PYTHON (the $STACK stack's): recreating it. The default stack is 2.21 since 2026-12; a class that keeps TensorFlow 2.15 runs every make target with STACK=2.15 (in .venv-2.15)"
+  rm -rf "$VENV"
 fi
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating $VENV with $PY"
