@@ -74,7 +74,9 @@ def test_every_way_in_installs_the_same_locked_stack():
     for way, path in ways.items():
         text = path.read_text() + (default if way == "make setup" else "")
         assert "constraints.txt" in text and "base.in" in text, f"{way} ({path.name}) does not install the lock"
-        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))  # not how to build 2.15
+        code = "\n".join(
+            line for line in text.splitlines() if not line.lstrip().startswith("#")
+        )  # not how to build 2.15
         pins = set(re.findall(r"tensorflow(?:-cpu|\[and-cuda\])?==([\d.]+)", code)) | set(
             re.findall(r"TF_VERSION=([\d.]+)", code)
         )
