@@ -10,9 +10,13 @@ from pathlib import Path
 import pytest
 from support import stacks
 
+from lab_utils import doctor
+
 ROOT = Path(__file__).resolve().parents[2]
-#: the default stack's Python version (3.12), and a real interpreter of it: this one's installation
-V = stacks.stack(None)["STACK_PYTHON"]
+#: the stack of this environment (make test-stack STACK=2.15 runs these tests on 2.15), its Python
+#: version, and a real interpreter of it: this one's installation
+THIS_STACK = doctor.stack_of()
+V = stacks.stack(THIS_STACK)["STACK_PYTHON"]
 REAL = Path(sys._base_executable)
 
 
@@ -61,7 +65,10 @@ def _other_python3(bindir: Path) -> None:
 
 
 def _find_python(bindir: Path, tmp_path: Path, **env):
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "LABS_TOOLS_DIR": str(tmp_path / "tools"), **env}
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "LABS_TOOLS_DIR": str(tmp_path / "tools")} | {
+        "STACK": THIS_STACK,
+        **env,
+    }
     return subprocess.run(
         ["bash", str(ROOT / "scripts/find-python.sh")], env=env, capture_output=True, text=True, timeout=120
     )
@@ -248,9 +255,7 @@ def test_stack_keras_gives_every_process_of_an_environment_its_stacks_keras(tmp_
     not make: on 2.21 tf-keras (here this environment's, reached by a .pth) and TF_USE_LEGACY_KERAS=1
     in every process its Python starts, whatever the parent set; on 2.15 the variable unset (make
     test-stack STACK=2.15 runs it there)."""
-    from lab_utils import doctor
-
-    name = doctor.stack_of()  # the stack of this environment, whose packages the test reaches
+    name = THIS_STACK  # the stack of this environment, whose packages the test reaches
     venv = tmp_path / "venv"
     subprocess.run([str(REAL), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = next((venv / "lib").glob("python3*/site-packages"))
@@ -283,7 +288,7 @@ def test_failed_build_leaves_no_stamp(tmp_path):
     bindir.mkdir()
     _fake_python(bindir, f"python{V}", "3.10")
     _fake_python(bindir, "python3", "3.10")
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "VENV": str(venv), "HOME": str(tmp_path)}
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "VENV": str(venv), "HOME": str(tmp_path), "STACK": THIS_STACK}
     env["LABS_TOOLS_DIR"] = str(tmp_path / "tools")  # not the checkout's .tools/uv, which finds real Pythons
     proc = subprocess.run(["bash", str(ROOT / "scripts/setup.sh")], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
