@@ -124,10 +124,10 @@ def compare(dirs: dict[str, Path]) -> dict:
             for name, d in dirs.items()
         }
         labs[lab] = entry
-    claims = claim_verdicts(dirs, rows)
+    claims, failing = claim_verdicts(dirs, rows)
     return {
         "claims": claims,
-        "claims_failing": {name: [c for c, v in claims.items() if v[name].startswith("**")] for name in dirs},
+        "claims_failing": failing,
         "labs": labs,
         "moved": {lab: e["moved"] for lab, e in labs.items() if e.get("moved")},
         "all_ok": all(set(e["status"].values()) == {"ok"} for e in labs.values()),
@@ -139,26 +139,32 @@ def compare(dirs: dict[str, Path]) -> dict:
     }
 
 
-def claim_verdicts(dirs: dict[str, Path], rows: dict[str, dict]) -> dict:
-    """Each claim of the labs' text run by both stacks: ``{"<lab>: <claim>": {stack: verdict}}``,
-    judged as bench/expected_results.py judges its CI tier (2 CPUs, the CI parameters)."""
-    out = {}
-    for claim in load_claims():
-        row = {name: rows[name].get(claim.lab) for name in dirs}
-        if not all(row.values()):
-            continue
-        entries = {
-            name: {
-                "limits": {"cpus": os.cpu_count(), "memory_mb": None},
-                "params": "ci",
-                "data": "the labs' own sources",
-                "wall_s": r["wall_time_s"],
-                "recorded": recorded(dirs[name], r),
-            }
-            for name, r in row.items()
+def claim_verdicts(dirs: dict[str, Path], rows: dict[str, dict]) -> tuple[dict, dict]:
+    """Each claim of the labs' text on the labs both stacks ran, judged as bench/expected_results.py
+    judges its CI tier (2 CPUs, the CI parameters): ``({"<lab>: <claim>": {stack: verdict}},
+    {stack: [the claims that fail]})``."""
+    labs = set.intersection(*(set(rows[name]) for name in dirs))
+    entries = {  # one tier entry a stack and lab, its figures read once
+        (name, lab): {
+            "limits": {"cpus": os.cpu_count(), "memory_mb": None},
+            "params": "ci",
+            "data": "the labs' own sources",
+            "wall_s": rows[name][lab]["wall_time_s"],
+            "recorded": recorded(dirs[name], rows[name][lab]),
         }
-        out[f"{claim.lab}: {claim.claim}"] = {name: verdict(claim, e)[0] for name, e in entries.items()}
-    return out
+        for name in dirs
+        for lab in labs
+    }
+    verdicts, failing = {}, {name: [] for name in dirs}
+    for claim in (c for c in load_claims() if c.lab in labs):
+        key = f"{claim.lab}: {claim.claim}"
+        verdicts[key] = {}
+        for name in dirs:
+            words, failed = verdict(claim, entries[name, claim.lab])
+            verdicts[key][name] = words
+            if failed:
+                failing[name].append(key)
+    return verdicts, failing
 
 
 def _env(stack: str) -> dict:
