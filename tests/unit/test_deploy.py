@@ -354,19 +354,16 @@ def _lost(lab: str, available: int, cores: int) -> list[str]:
 #: the kernel of a lab that starts clusters, beside them (bench_lab_memory: its working set was
 #: 0.31-0.34 GB in Labs 2 and 5 with the data cache; it maps the data rather than holding it)
 KERNEL_BYTES = 400 * 2**20
-#: a student's default run with full-size MNIST and CIFAR-10 stand-ins, in a cgroup of the pod's
-#: 2 CPUs and a 2.5 GB limit (bench_lab_memory.py --full --stand-ins --cpus 2 --limit-mb 2560):
-#: its peak working set (memory less the page cache the kernel may take back), in GB (10**9
-#: bytes); 2026-11-27, after issue 30's new parts (deploy/README.md, "Per-user limits")
-MEASURED_PEAK_GB = {
-    "01_single_node": 0.59,
-    "02_ps_async": 2.15,  # the TF2 aside: a chief, a PS and 2 workers beside the kernel (1 PS + 4 workers: 2.01)
-    "03_ps_sync": 1.48,
-    "04_allreduce": 2.04,  # Part D's 1 PS + 4 workers
-    "05_alexnet": 2.02,  # Part D: two MultiWorkerMirroredStrategy workers beside the kernel
-    "06_communication": 1.86,
-    "07_model_parallel": 1.02,  # 2 TensorFlow ranks of Part B beside the kernel (2026-11-30)
-}
+
+
+def measured_peak_gb() -> dict[str, float]:
+    """A student's default run of each lab with full-size MNIST and CIFAR-10 stand-ins, in a cgroup
+    of the pod's 2 CPUs and a 2,560 MiB limit (bench_lab_memory.py --full --stand-ins --cpus 2
+    --limit-mb 2560): its peak working set (memory less the page cache the kernel may take back),
+    in GB (10**9 bytes), as grading/run_times.json holds it and deploy/README.md's "Per-user
+    limits" quotes it (bench/run_times.py)."""
+    labs = json.loads((ROOT / "grading" / "run_times.json").read_text())["labs"]
+    return {lab: row["pod"]["working_set_mb"] * 2**20 / 1e9 for lab, row in labs.items()}
 
 
 def test_the_memory_limit_holds_every_labs_largest_default_cluster(values, monkeypatch):
@@ -377,9 +374,12 @@ def test_the_memory_limit_holds_every_labs_largest_default_cluster(values, monke
     for lab in CLUSTER_LABS:
         # lab_utils' own rules, by which its runs fit clusters: nothing is scaled down
         assert _lost(lab, limit - KERNEL_BYTES, int(cpu["limit"])) == [], f"{lab} at {limit / 1e9:.2f} GB"
-    assert set(MEASURED_PEAK_GB) == {p.name for p in (ROOT / "grading/source").iterdir() if p.is_dir()}
-    for lab, peak in MEASURED_PEAK_GB.items():  # and what the default runs were measured to hold, with room
-        assert 1.2 * peak * 1e9 <= limit, f"{lab}: a default run peaked at {peak} GB, the limit is {limit / 1e9:.2f} GB"
+    peaks = measured_peak_gb()
+    assert set(peaks) == {p.name for p in (ROOT / "grading/source").iterdir() if p.is_dir()}
+    for lab, peak in peaks.items():  # and what the default runs were measured to hold, with room
+        assert 1.2 * peak * 1e9 <= limit, (
+            f"{lab}: a default run peaked at {peak:.2f} GB, the limit is {limit / 1e9:.2f} GB"
+        )
     assert cpu["limit"] >= 2  # a PS and its workers need two cores to show what the labs measure
 
 

@@ -28,7 +28,14 @@ def test_a_bench_run_updates_its_tier_and_the_tables_follow(tmp_path):
     data = {"labs": {"01_single_node": {"largest_cluster": "none", "pod": {"wall_s": 12.0, "measured": "2026-01-01"}}}}
     bench = {
         "labs": {
-            "01_single_node": {"params": "full", "exit": 0, "wall_s": 95.0, "peak_mb": 600, "limits": {"cpus": 1}},
+            "01_single_node": {
+                "params": "full",
+                "exit": 0,
+                "wall_s": 95.0,
+                "peak_mb": 600,
+                "peak_working_set_mb": 512,
+                "limits": {"cpus": 1},
+            },  # fmt: skip
             "03_ps_sync": {"params": "full", "exit": 0, "wall_s": 240.0, "peak_mb": 1400, "limits": {"cpus": 2.0}},
         }
     }
@@ -37,11 +44,14 @@ def test_a_bench_run_updates_its_tier_and_the_tables_follow(tmp_path):
     assert new["labs"]["01_single_node"]["binder"] == {
         "wall_s": 95.0,
         "peak_mb": 600,
+        "working_set_mb": 512,
         "measured": "2026-11-29",
         "scaled_down": False,
     }
     table = run_times.students_table(new)
     assert "| 1 | 12 s | 1.6 min |" in table and "| 3 | 4.0 min | – |" in table
+    # the sizing table quotes the working set (512 MiB), not the high-water mark with page cache (600)
+    assert "| 1 | 12 s | 0.54 GB, 1.6 min | none |" in run_times.instructors_table(new)
     text = "before\n<!-- run-times: generated from the course's run-time data; edit that, not this -->\nold\n<!-- /run-times -->\nafter"
     out = run_times.render(new, text, "run-times")
     assert out.startswith("before\n") and out.endswith("\n<!-- /run-times -->\nafter") and "old" not in out
